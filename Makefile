@@ -1,0 +1,32 @@
+# Set-up and the two commands of the README. Everything goes into $(VENV).
+#   make run            the main job on a small default
+#   make test           the test suite (several tests run under mpiexec -n 2 and -n 3)
+#   make MPI=system ... build mpi4py against the MPI on PATH (module, spack, apt)
+#                       instead of the mpich wheel from PyPI
+PY ?= python3
+VENV ?= .venv
+MPI ?= wheel
+EXTRAS_wheel = mpich,train,test,plot
+EXTRAS_system = train,test,plot
+BIN = $(abspath $(VENV))/bin
+
+.PHONY: run test setup clean-venv
+
+setup: $(VENV)/.installed-$(MPI)
+
+$(VENV)/.installed-$(MPI): setup.py
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	if [ "$(MPI)" = system ]; then MPICC=$${MPICC:-mpicc} $(BIN)/pip install -q --no-binary=mpi4py mpi4py; fi
+	$(BIN)/pip install -q -e ".[$(EXTRAS_$(MPI))]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+run: setup
+	PATH="$(BIN):$$PATH" $(BIN)/python -m hpcio.demo
+
+test: setup
+	PATH="$(BIN):$$PATH" $(BIN)/python -m pytest -q tests
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,251 @@
+"""The dataset contract: a manifest and a record index, saved beside the data.
+
+Every format writes, into its dataset directory,
+
+* ``hpcio.json`` — the manifest: format, encoding, sample shape, classes, record count,
+  shards (record range, bytes, sha256), generator version and seed;
+* ``index.npz`` — the record index: for record ``i``, the file ``files[file[i]]`` (a path
+  relative to the dataset directory), the byte ``offset[i]`` and ``length[i]`` of its bytes
+  in that file, and its ``label[i]``; ``file_bytes[j]`` is the size of file ``j``.
+
+The index is what the coordinated reader reads instead of the format's library: a record is
+the ``length`` bytes at ``offset`` of its file, whatever the format.
+"""
+
+import hashlib
+import io
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import HpcioError
+from .fsutil import atomic_json, atomic_write
+
+__all__ = ["MANIFEST", "INDEX", "RecordIndex", "Dataset", "open_dataset", "sha256_file",
+           "is_dataset", "bcast_array"]
+
+MANIFEST = "hpcio.json"
+INDEX = "index.npz"
+KIND = "hpcio-dataset"
+
+
+@dataclass
+class RecordIndex:
+    """Where every record lives. Arrays have one entry per record (``files`` and
+    ``file_bytes`` one per file)."""
+
+    file: np.ndarray  # int32
+    offset: np.ndarray  # int64
+    length: np.ndarray  # int64
+    label: np.ndarray  # int64
+    files: np.ndarray  # str, relative to the dataset directory
+    file_bytes: np.ndarray  # int64
+
+    def __post_init__(self):
+        self.file = np.ascontiguousarray(self.file, dtype=np.int32)
+        self.offset = np.ascontiguousarray(self.offset, dtype=np.int64)
+        self.length = np.ascontiguousarray(self.length, dtype=np.int64)
+        self.label = np.ascontiguousarray(self.label, dtype=np.int64)
+        self.files = np.asarray(self.files, dtype=str)
+        self.file_bytes = np.ascontiguousarray(self.file_bytes, dtype=np.int64)
+        n = len(self.file)
+        if not (len(self.offset) == len(self.length) == len(self.label) == n):
+            raise HpcioError("record index arrays differ in length")
+
+    def __len__(self):
+        return len(self.file)
+
+    def save(self, path):
+        buf = io.BytesIO()
+        np.savez(buf, file=self.file, offset=self.offset, length=self.length,
+                 label=self.label, files=self.files, file_bytes=self.file_bytes)
+        atomic_write(path, lambda f: f.write(buf.getbuffer()))
+
+    @classmethod
+    def load(cls, path):
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                return cls(**{k: z[k] for k in ("file", "offset", "length", "label",
+                                                 "files", "file_bytes")})
+        except FileNotFoundError:
+            raise HpcioError(f"{path}: record index missing")
+        except (OSError, ValueError, KeyError) as e:
+            raise HpcioError(f"{path}: not a readable record index ({e})")
+
+    def check(self, root):
+        """Raise :class:`HpcioError` if any record lies outside its file, or a file is
+        missing or has another size than the index says (cheap: one stat per file)."""
+        nfiles = len(self.files)
+        if len(self) and (self.file.min() < 0 or self.file.max() >= nfiles):
+            raise HpcioError("record index names a file it does not list")
+        if len(self) and (self.offset.min() < 0 or self.length.min() < 0):
+            raise HpcioError("record index has a negative offset or length")
+        end = self.offset + self.length
+        for j, rel in enumerate(self.files):
+            p = os.path.join(root, rel)
+            try:
+                size = os.stat(p).st_size
+            except FileNotFoundError:
+                raise HpcioError(f"{p}: shard file missing")
+            except OSError as e:
+                raise HpcioError(f"{p}: {e.strerror}")
+            if size != self.file_bytes[j]:
+                raise HpcioError(f"{p}: {size} bytes on disk, the index says "
+                                 f"{self.file_bytes[j]} (data changed since it was indexed)")
+        if len(self):
+            limit = self.file_bytes[self.file]
+            bad = np.flatnonzero(end > limit)
+            if len(bad):
+                i = int(bad[0])
+                raise HpcioError(f"record {i} ends at byte {int(end[i])}, beyond the "
+                                 f"{int(limit[i])}-byte file {self.files[self.file[i]]}")
+
+
+def sha256_file(path, bufsize=8 << 20):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(bufsize)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def is_dataset(root):
+    return os.path.isfile(os.path.join(root, MANIFEST))
+
+
+@dataclass
+class Dataset:
+    """A dataset directory: its manifest (a dict) and record index."""
+
+    root: str
+    manifest: dict
+    index: RecordIndex
+
+    @property
+    def format(self):
+        return self.manifest["format"]
+
+    @property
+    def encoding(self):
+        return self.manifest["encoding"]
+
+    @property
+    def shape(self):
+        return tuple(self.manifest["shape"])
+
+    @property
+    def records(self):
+        return len(self.index)
+
+    @property
+    def classes(self):
+        return self.manifest.get("classes")
+
+    def path(self, j):
+        """Absolute path of index file ``j``."""
+        return os.path.join(self.root, self.index.files[j])
+
+    @property
+    def paths(self):
+        return [self.path(j) for j in range(len(self.index.files))]
+
+    def nbytes(self):
+        return int(self.index.length.sum())
+
+    def verify_checksums(self):
+        """Compare every shard's sha256 with the manifest (reads all data)."""
+        for shard in self.manifest.get("shards", []):
+            want = shard.get("sha256")
+            if not want:
+                continue
+            got = shard_sha256(self, shard)
+            if got != want:
+                raise HpcioError(f"{shard['path']}: checksum mismatch (data changed since "
+                                 f"it was written)")
+
+    def save(self):
+        self.index.save(os.path.join(self.root, INDEX))
+        self.manifest["records"] = len(self.index)
+        atomic_json(os.path.join(self.root, MANIFEST), self.manifest)
+
+
+def shard_sha256(ds, shard):
+    """sha256 of a shard: of its file when it has one file, else of its records' bytes
+    in record order (a folder of image files)."""
+    full = os.path.join(ds.root, shard["path"])
+    if os.path.isfile(full):
+        return sha256_file(full)
+    h = hashlib.sha256()
+    lo, hi = shard["records"]
+    idx = ds.index
+    for i in range(lo, hi):
+        with open(ds.path(idx.file[i]), "rb") as f:
+            f.seek(int(idx.offset[i]))
+            h.update(f.read(int(idx.length[i])))
+    return h.hexdigest()
+
+
+def bcast_array(comm, arr, root=0):
+    """Broadcast a numpy array with one buffer broadcast (no pickling of its data)."""
+    meta = comm.bcast(None if comm.rank != root else (arr.dtype.str, arr.shape), root=root)
+    if comm.rank != root:
+        arr = np.empty(meta[1], dtype=np.dtype(meta[0]))
+    if arr.dtype.kind == "U":
+        view = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
+        comm.Bcast(view, root=root)
+    elif arr.size:
+        comm.Bcast(np.ascontiguousarray(arr), root=root)
+    return arr
+
+
+def _load(root, check):
+    mpath = os.path.join(root, MANIFEST)
+    import json
+    try:
+        with open(mpath) as f:
+            manifest = json.load(f)
+    except FileNotFoundError:
+        if not os.path.isdir(root):
+            raise HpcioError(f"{root}: no such dataset directory")
+        raise HpcioError(f"{root}: not an hpcio dataset (no {MANIFEST}; make one with "
+                         f"'python -m hpcio.datagen' or index it with "
+                         f"'python -m hpcio.datagen index {root}')")
+    except (OSError, ValueError) as e:
+        raise HpcioError(f"{mpath}: unreadable manifest ({e})")
+    if manifest.get("kind") != KIND:
+        raise HpcioError(f"{mpath}: not an hpcio dataset manifest")
+    index = RecordIndex.load(os.path.join(root, manifest.get("index", INDEX)))
+    if manifest.get("records") != len(index):
+        raise HpcioError(f"{root}: manifest says {manifest.get('records')} records, the "
+                         f"index has {len(index)}")
+    if check:
+        index.check(root)
+    return manifest, index
+
+
+def open_dataset(root, comm=None, check=True):
+    """Open a dataset. With ``comm``, rank 0 alone reads the manifest and index and checks
+    them against the files, and broadcasts them: metadata is read once, not by every rank.
+    An error found on rank 0 is raised on every rank."""
+    root = os.path.abspath(root)
+    if comm is None or comm.Get_size() == 1:
+        manifest, index = _load(root, check)
+        return Dataset(root, manifest, index)
+    err, manifest, index = None, None, None
+    if comm.rank == 0:
+        try:
+            manifest, index = _load(root, check)
+        except HpcioError as e:
+            err = str(e)
+    err = comm.bcast(err, root=0)
+    if err:
+        raise HpcioError(err, everywhere=True)
+    manifest = comm.bcast(manifest, root=0)
+    arrays = {}
+    for k in ("file", "offset", "length", "label", "files", "file_bytes"):
+        arrays[k] = bcast_array(comm, getattr(index, k) if comm.rank == 0 else None)
+    return Dataset(root, manifest, RecordIndex(**arrays))

@@ -1,0 +1,90 @@
+"""File-system helpers: atomic writes, page-aligned buffers, page-cache control."""
+
+import json
+import mmap
+import os
+import tempfile
+
+import numpy as np
+
+__all__ = ["atomic_write", "atomic_json", "aligned_empty", "evict", "fs_type"]
+
+
+def atomic_write(path, write):
+    """Call ``write(fileobj)`` on a temporary file beside ``path``, fsync it and rename it
+    over ``path``: readers see the old file or the new one, never half of one."""
+    path = os.fspath(path)
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dfd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
+
+
+def atomic_json(path, obj):
+    data = (json.dumps(obj, indent=2, sort_keys=False, default=_jsonable) + "\n").encode()
+    atomic_write(path, lambda f: f.write(data))
+
+
+def _jsonable(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def aligned_empty(nbytes):
+    """A page-aligned uint8 buffer (an anonymous mmap): copies from the page cache into
+    it run several times faster than into ``np.empty``'s 16-byte-offset memory."""
+    m = mmap.mmap(-1, max(int(nbytes), 1))
+    return np.frombuffer(m, dtype=np.uint8, count=int(nbytes))
+
+
+def evict(path):
+    """Drop ``path``'s pages from the page cache (any user): fdatasync, then
+    POSIX_FADV_DONTNEED. Pages that a live process has mapped stay."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            os.fdatasync(fd)
+        except OSError:
+            pass
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def fs_type(path):
+    """The file-system type of ``path`` from /proc/self/mounts (longest mount prefix)."""
+    path = os.path.realpath(path)
+    best, kind = "", "unknown"
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) < 3:
+                    continue
+                mnt = parts[1].replace("\\040", " ")
+                if (path == mnt or path.startswith(mnt.rstrip("/") + "/")) and len(mnt) >= len(best):
+                    best, kind = mnt, parts[2]
+    except OSError:
+        pass
+    return kind

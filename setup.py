@@ -1,0 +1,31 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="hpcio",
+    version="0.1.0",
+    description="MPI-parallel I/O benchmark for deep-learning training on HPC systems",
+    long_description=open("README.md").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["hpcio", "hpcio.*"]),
+    install_requires=[
+        "numpy>=1.24",
+        "mpi4py>=3.1",
+        "lmdb>=1.4",
+        "h5py>=3.8",
+        "pillow>=9.0",
+        "pyyaml>=6.0",
+        "tqdm>=4.60",
+    ],
+    extras_require={
+        # MPI from PyPI (no root, no system MPI). Leave it out with a system MPI and build
+        # mpi4py against it instead: MPICC=mpicc pip install --no-binary=mpi4py mpi4py
+        "mpich": ["mpich"],
+        # the CPU build installs in seconds; an unpinned torch pulls the CUDA stack
+        "train": ["torch==2.13.0"],
+        "gpu": ["nvidia-ml-py"],
+        "darshan": ["darshan"],
+        "plot": ["matplotlib"],
+        "test": ["pytest>=7"],
+    },
+)

@@ -1,0 +1,40 @@
+"""Run real MPI jobs from tests: ``mpiexec -n N python ...`` in a subprocess."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+__all__ = ["mpiexec", "run_mpi", "run_py"]
+
+
+def mpiexec():
+    """The launcher: $MPIEXEC, else the one beside this Python (the mpich wheel), else PATH."""
+    if os.environ.get("MPIEXEC"):
+        return os.environ["MPIEXEC"]
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.path.exists(here) else shutil.which("mpiexec") or "mpiexec"
+
+
+def run_mpi(n, args, timeout=180, check=False, env=None, cwd=None):
+    """``mpiexec -n n python args...``; returns the CompletedProcess (text output)."""
+    cmd = [mpiexec(), "-n", str(n), sys.executable] + [str(a) for a in args]
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {p.returncode}\n"
+                             f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
+
+
+def run_py(args, timeout=180, check=False, env=None, cwd=None):
+    """``python args...`` without a launcher (MPI singleton)."""
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([sys.executable] + [str(a) for a in args], capture_output=True,
+                       text=True, timeout=timeout, env=e, cwd=cwd)
+    if check and p.returncode != 0:
+        raise AssertionError(f"python {args} exited {p.returncode}\n"
+                             f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
+    return p
