@@ -1,0 +1,111 @@
+"""Records to pixels: raw bytes as one vectorised view, PNG/JPEG through Pillow.
+
+Raw records are never touched one by one: a batch whose records all have ``H*W*C`` bytes
+and lie back to back is one ``reshape`` of its buffer. PNG and JPEG are decoded picture by
+picture, because that is what the codecs do; Pillow releases the GIL inside its decoders
+and resamplers, so a pool of threads decodes in parallel.
+"""
+
+import io
+
+import numpy as np
+
+from .errors import HpcioError
+
+__all__ = ["MODES", "DECODERS", "raw_view", "decode_images", "decode_records"]
+
+MODES = {1: "L", 3: "RGB"}  # channels -> Pillow mode (gray uses Pillow's ITU-R 601 luma)
+
+
+def _shape(shape):
+    try:
+        h, w, c = (int(v) for v in shape)
+    except (TypeError, ValueError):
+        raise HpcioError(f"sample shape must be [H, W, C], not {shape!r}", everywhere=True)
+    if min(h, w, c) < 1:
+        raise HpcioError(f"sample shape must be positive, not {list(shape)}", everywhere=True)
+    return h, w, c
+
+
+def raw_view(data, offsets, shape):
+    """(N, H, W, C) uint8 view of a batch of raw records, without a per-record step.
+
+    The records must be back to back and each ``H*W*C`` bytes long (checked vectorised);
+    anything else is bad data and raises :class:`HpcioError`.
+    """
+    h, w, c = _shape(shape)
+    per = h * w * c
+    offsets = np.asarray(offsets)
+    n = len(offsets) - 1
+    lengths = np.diff(offsets)
+    if n and (lengths != per).any():
+        k = int(np.flatnonzero(lengths != per)[0])
+        raise HpcioError(f"raw record {k} of the batch has {int(lengths[k])} bytes, the "
+                         f"sample shape {[h, w, c]} needs {per}")
+    lo = int(offsets[0]) if len(offsets) else 0
+    return np.asarray(data)[lo:lo + n * per].reshape(n, h, w, c)
+
+
+def _open(buf, record):
+    from PIL import Image, UnidentifiedImageError
+    try:
+        img = Image.open(io.BytesIO(buf))
+        img.load()  # the decode proper (GIL released inside Pillow)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        raise HpcioError(f"record {record}: cannot decode the image ({e})")
+    return img
+
+
+def decode_images(data, offsets, lo, hi, out, size=None, ids=None):
+    """Decode records ``lo:hi`` of a batch into ``out`` ((hi-lo, H, W, C) uint8).
+
+    Each picture is converted to ``out``'s channel count and, with ``size=(H, W)``,
+    resized bilinearly (with Pillow's antialiasing when shrinking); without ``size`` a
+    picture of another size than ``out`` is bad data. Channel conversion runs on the
+    smaller of the two pictures (before an enlargement, after a reduction).
+    """
+    from PIL import Image
+    _, h, w, c = out.shape
+    mode = MODES.get(c)
+    if mode is None:
+        raise HpcioError(f"images need 1 or 3 channels, not {c}", everywhere=True)
+    data = np.asarray(data)
+    for k in range(lo, hi):
+        rec = int(ids[k]) if ids is not None else k
+        img = _open(data[offsets[k]:offsets[k + 1]], rec)
+        if img.size != (w, h):
+            if size is None:
+                raise HpcioError(f"record {rec}: picture is {img.size[1]}x{img.size[0]}, "
+                                 f"the manifest says {h}x{w}")
+            shrink = img.size[0] * img.size[1] > w * h
+            if shrink and img.mode != mode:
+                img = img.convert(mode)
+            img = img.resize((w, h), Image.BILINEAR)
+        if img.mode != mode:
+            img = img.convert(mode)
+        out[k - lo] = np.asarray(img).reshape(h, w, c)
+    return out
+
+
+def _decode_raw(batch, shape):
+    return raw_view(batch.data, batch.offsets, shape).copy()
+
+
+def _decode_image(batch, shape):
+    out = np.empty((len(batch),) + tuple(shape), dtype=np.uint8)
+    return decode_images(batch.data, batch.offsets, 0, len(batch), out, ids=batch.ids)
+
+
+DECODERS = {"raw": _decode_raw, "png": _decode_image, "jpeg": _decode_image}
+
+
+def decode_records(batch, manifest):
+    """All records of ``batch`` as (N, H, W, C) uint8 at the manifest's shape (a copy,
+    so it outlives the reader's buffer)."""
+    enc = manifest.get("encoding")
+    try:
+        dec = DECODERS[enc]
+    except KeyError:
+        raise HpcioError(f"unknown encoding {enc!r} (choose from {', '.join(DECODERS)})",
+                         everywhere=True)
+    return dec(batch, _shape(manifest.get("shape")))

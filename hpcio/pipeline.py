@@ -1,0 +1,388 @@
+"""The preprocessing pipeline: reader batches in, model-ready tensors out, on worker threads.
+
+The steps are those of the TensorFlow input-pipeline study (Sachin and Min): decode (raw,
+PNG, JPEG), resize to the model's input, random brightness (one delta per picture, uniform
+in +-32/255 as ``tf.image.random_brightness``), clip to [0, 1]; then normalise with a mean
+and standard deviation. ``offline=True`` is the study's "offline preprocessing": the data
+were decoded and resized beforehand, so only the uint8 -> float conversion and the
+normalisation remain.
+
+Threads: one *loader* thread pulls batches from the reader's iterator, copies the batch
+(the reader may reuse its buffer as soon as it is asked for the next one), splits it into
+``threads`` chunks and hands them to a pool of ``threads`` workers, then asks for the next
+batch. Decoding overlaps fetching, and batches overlap each other. The loader runs at most
+``prefetch`` batches ahead of the consumer: batch ``j`` is not requested from the reader
+before the consumer has asked for batch ``j - prefetch`` (a semaphore, released by each
+``next()``), so memory stays bounded and ``prefetch=0`` means no read-ahead at all.
+
+Raw records are converted over the whole chunk at once (one reshape of the buffer, torch
+for the resize and arithmetic): no Python runs per sample. PNG/JPEG are decoded per
+picture in Pillow, which releases the GIL, so the workers decode in parallel.
+
+Timestamps are ``time.perf_counter()`` taken in the thread where the event happens (one
+clock for all threads), so a consumer can split its own wait into fetch and prep.
+"""
+
+import queue
+import threading
+import time
+import weakref
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from .decode import DECODERS, MODES, _shape, decode_images, decode_records, raw_view
+from .errors import HpcioError
+
+__all__ = ["Pipeline", "Prepared", "BRIGHTNESS", "check_labels", "decode_records"]
+
+BRIGHTNESS = 32 / 255  # the study's random-brightness range: +-32/255 of full scale
+_LUMA = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)  # ITU-R 601, as Pillow's "L"
+_now = time.perf_counter
+
+
+@dataclass
+class Prepared:
+    """One batch ready for the model. Times are ``time.perf_counter()`` seconds.
+
+    t_fetch0  the loader asked the reader's iterator for this batch
+    t_fetch1  the iterator returned it (fetch_s = t_fetch1 - t_fetch0: the reader's time
+              as the pipeline saw it, including any wait for the reader's own prefetch)
+    t_prep1   the last worker finished this batch's tensor (prep_s = t_prep1 - t_fetch1:
+              copy, decode, resize, augment, normalise, and any wait for a free worker)
+    io_s      the reader's own figure for the I/O behind this batch (``Batch.fetch_s``; it
+              may have happened earlier, overlapped with compute)
+    nbytes    record bytes of the batch as read (encoded), not the tensor's size
+    """
+
+    step: int
+    x: torch.Tensor  # float32 (N, C, H, W), contiguous
+    y: torch.Tensor  # int64 (N,)
+    records: int
+    nbytes: int
+    t_fetch0: float
+    t_fetch1: float
+    t_prep1: float
+    fetch_s: float
+    prep_s: float
+    io_s: float = 0.0
+    ids: np.ndarray = None
+
+
+def check_labels(labels, classes, step=None, ids=None):
+    """Raise :class:`HpcioError` (bad data) when a label is outside [0, classes);
+    vectorised: one min/max over the batch."""
+    labels = np.asarray(labels)
+    if not labels.size:
+        return
+    if labels.dtype.kind not in "iu":
+        raise HpcioError(f"batch {step}: labels must be integers, not {labels.dtype}")
+    lo, hi = labels.min(), labels.max()
+    if lo >= 0 and (classes is None or hi < classes):
+        return
+    bad = (labels < 0) if classes is None else ((labels < 0) | (labels >= classes))
+    k = int(np.flatnonzero(bad)[0])
+    rec = f"record {int(ids[k])}" if ids is not None and len(ids) > k else f"sample {k}"
+    rng = f"[0, {classes})" if classes is not None else "[0, ...)"
+    raise HpcioError(f"batch {step}: {rec} has label {int(labels[k])}, outside {rng}")
+
+
+def _channel_stat(v, c, what):
+    """A scalar or per-channel mean/std as a float or a (1, C, 1, 1) tensor."""
+    a = np.asarray(v, dtype=np.float64).reshape(-1)
+    if a.size == 1:
+        return float(a[0])
+    if a.size != c:
+        raise HpcioError(f"normalisation {what} needs 1 or {c} values, not {a.size}",
+                         everywhere=True)
+    return torch.tensor(a, dtype=torch.float32).view(1, c, 1, 1)
+
+
+class _Failure:
+    """An exception raised in the loader, delivered in order to the consumer."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc):
+        self.exc = exc
+
+
+_END = object()
+
+
+class _Pending:
+    """A batch handed to the workers: its tensor is filled chunk by chunk."""
+
+    __slots__ = ("step", "x", "y", "ids", "nbytes", "t0", "t1", "t_sub", "futures", "io_s")
+
+    def __init__(self, step, x, y, ids, nbytes, t0, t1, t_sub, futures, io_s):
+        self.step, self.x, self.y, self.ids, self.nbytes = step, x, y, ids, nbytes
+        self.t0, self.t1, self.t_sub, self.futures, self.io_s = t0, t1, t_sub, futures, io_s
+
+    def result(self):
+        t = self.t_sub
+        for f in self.futures:
+            t = max(t, f.result())  # re-raises a worker's exception here, in the consumer
+        return Prepared(self.step, self.x, self.y, len(self.y), self.nbytes, self.t0,
+                        self.t1, t, self.t1 - self.t0, t - self.t1, self.io_s, self.ids)
+
+    def cancel(self):
+        for f in self.futures:
+            f.cancel()
+
+
+def _load(it, submit, q, permits, stop):
+    """Loader thread: request batch j once permitted, hand it to the workers, repeat."""
+    try:
+        while True:
+            permits.acquire()
+            if stop.is_set():
+                return
+            t0 = _now()
+            try:
+                b = next(it)
+            except StopIteration:
+                q.put(_END)
+                return
+            t1 = _now()
+            if stop.is_set():
+                return
+            q.put(submit(b, t0, t1))
+    except BaseException as e:  # the consumer re-raises it on its next next()
+        q.put(_Failure(e))
+    finally:
+        if stop.is_set():  # consumer stopped early: end the reader's generator here
+            close = getattr(it, "close", None)
+            if close is not None:
+                try:
+                    close()
+                except Exception:
+                    pass
+
+
+class Run:
+    """The iterator of one pass over a batch source (see :meth:`Pipeline.run`)."""
+
+    def __init__(self, pipe, batches):
+        self._q = queue.SimpleQueue()
+        self._permits = threading.Semaphore(pipe.prefetch)
+        self._stop = threading.Event()
+        self._done = False
+        # the thread holds the pipeline, not this object: an abandoned run is collected
+        # and its __del__ stops the loader
+        self._thread = threading.Thread(
+            target=_load, name="hpcio-loader", daemon=True,
+            args=(iter(batches), pipe._submit, self._q, self._permits, self._stop))
+        self._thread.start()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        self._permits.release()  # the loader may now request one batch further ahead
+        item = self._q.get()
+        if item is _END:
+            self._done = True
+            self._thread.join()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self.close()
+            raise item.exc
+        try:
+            return item.result()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self, timeout=2.0):
+        """Stop the loader and drop what it prepared. Returns without waiting more than
+        ``timeout`` s: a loader blocked inside the reader ends (and closes the reader's
+        generator) once the reader returns."""
+        self._done = True
+        self._stop.set()
+        self._permits.release()
+        while True:
+            try:
+                item = self._q.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(item, _Pending):
+                item.cancel()
+        if timeout and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self):
+        """Whether the loader thread is still running."""
+        return self._thread.is_alive()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if hasattr(self, "_stop"):
+            self.close(timeout=0)
+
+
+class Pipeline:
+    """Reader batches -> :class:`Prepared` tensors of shape (N, *input_shape).
+
+    ``manifest``: the dataset manifest (``encoding`` raw|png|jpeg, ``shape`` [H, W, C],
+    ``classes``); ``input_shape``: the model's (C, H, W). ``threads`` workers (>= 1),
+    ``prefetch`` batches of read-ahead (>= 0). ``augment``: random brightness (+-
+    ``brightness``) and clip; ``seed``: its generator is seeded with (seed, step), so a
+    step's deltas are reproducible (pass a rank-dependent seed for distinct ranks).
+    ``mean``/``std`` (scalars or per channel) normalise the [0, 1] pixels; ``mean=0,
+    std=1`` leaves them in [0, 1]. ``classes`` (default: the manifest's) bounds the labels.
+    ``pin_memory`` allocates page-locked tensors when CUDA is present.
+    """
+
+    def __init__(self, manifest, input_shape, threads=2, prefetch=2, augment=True,
+                 offline=False, seed=0, pin_memory=False, mean=0.5, std=0.5,
+                 brightness=BRIGHTNESS, classes=None):
+        enc = manifest.get("encoding")
+        if enc not in DECODERS:
+            raise HpcioError(f"unknown encoding {enc!r} (choose from {', '.join(DECODERS)})",
+                             everywhere=True)
+        self.encoding = enc
+        self.src_shape = _shape(manifest.get("shape"))  # (H, W, C)
+        try:
+            c, h, w = (int(v) for v in input_shape)
+        except (TypeError, ValueError):
+            raise HpcioError(f"model input shape must be (C, H, W), not {input_shape!r}",
+                             everywhere=True)
+        self.input_shape = (c, h, w)
+        sc = self.src_shape[2]
+        if sc != c and not (sc in MODES and c in MODES):
+            raise HpcioError(f"cannot convert {sc}-channel samples to the model's {c} "
+                             f"channels", everywhere=True)
+        if enc != "raw" and c not in MODES:
+            raise HpcioError(f"decoded images have 1 or 3 channels; the model wants {c}",
+                             everywhere=True)
+        for name, v, least in (("threads", threads, 1), ("prefetch", prefetch, 0)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least:
+                raise HpcioError(f"{name} must be an integer >= {least}, not {v!r}",
+                                 everywhere=True)
+        if offline and (enc != "raw" or self.src_shape != (h, w, c)):
+            raise HpcioError(
+                f"offline preprocessing needs pre-decoded data: raw records of the "
+                f"model's input {h}x{w}x{c}; this dataset is {enc} "
+                f"{'x'.join(map(str, self.src_shape))}", everywhere=True)
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise HpcioError(f"seed must be a non-negative integer, not {seed!r}",
+                             everywhere=True)
+        self.threads, self.prefetch, self.seed = int(threads), int(prefetch), int(seed)
+        self.offline = bool(offline)
+        self.augment = bool(augment) and not self.offline
+        self.brightness = float(brightness)
+        self.classes = classes if classes is not None else manifest.get("classes")
+        self.pin_memory = bool(pin_memory) and torch.cuda.is_available()
+        mean, std = _channel_stat(mean, c, "mean"), _channel_stat(std, c, "std")
+        if (np.asarray(std) <= 0).any():
+            raise HpcioError("normalisation std must be > 0", everywhere=True)
+        # pixels stay in 0..255 until the end: x/255 then (x - mean)/std is one affine map
+        self._scale = 1.0 / (255.0 * std)
+        self._shift = mean / std
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="hpcio-prep")
+        self._runs = weakref.WeakSet()
+        self._closed = False
+
+    # ---- the consumer's side ------------------------------------------------------------
+
+    def run(self, batches):
+        """Start a loader on ``batches`` (an iterable of :class:`~hpcio.readers.base.Batch`,
+        e.g. ``reader.epoch(plan)``); returns an iterator of :class:`Prepared` in order.
+        An exception in the source or the preprocessing is re-raised by ``next()``;
+        ``close()`` (or leaving a ``with`` block) stops early without hanging."""
+        if self._closed:
+            raise RuntimeError("pipeline is closed")
+        r = Run(self, batches)
+        self._runs.add(r)
+        return r
+
+    def close(self):
+        """Stop every run and the workers."""
+        self._closed = True
+        for r in list(self._runs):
+            r.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- the loader's side --------------------------------------------------------------
+
+    def deltas(self, step, n):
+        """The brightness deltas of step ``step`` (n floats), reproducible from the seed."""
+        if not self.augment or not n:
+            return None
+        rng = np.random.default_rng((self.seed, int(step) & 0xFFFFFFFFFFFFFFFF))
+        return rng.uniform(-self.brightness, self.brightness, n).astype(np.float32)
+
+    def _submit(self, b, t0, t1):
+        """Copy batch ``b`` out of the reader's buffer and queue its chunks (loader)."""
+        n = len(b)
+        check_labels(b.labels, self.classes, b.step, b.ids)
+        off = np.asarray(b.offsets, dtype=np.int64)
+        start, end = (int(off[0]), int(off[-1])) if len(off) else (0, 0)
+        data = np.array(b.data[start:end], dtype=np.uint8, copy=True)
+        offsets = off - start
+        ids = np.array(b.ids, dtype=np.int64, copy=True)
+        y = torch.from_numpy(np.array(b.labels, dtype=np.int64, copy=True))
+        x = torch.empty((n,) + self.input_shape, dtype=torch.float32,
+                        pin_memory=self.pin_memory)
+        deltas = self.deltas(b.step, n)
+        cuts = np.linspace(0, n, min(n, self.threads) + 1).astype(np.int64)
+        futures = [self._pool.submit(self._chunk, data, offsets, ids, int(lo), int(hi), x,
+                                     deltas)
+                   for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]
+        return _Pending(b.step, x, y, ids, end - start, t0, t1, _now(), futures,
+                        float(getattr(b, "fetch_s", 0.0)))
+
+    def _chunk(self, data, offsets, ids, lo, hi, x, deltas):
+        """Records lo:hi into x[lo:hi] (a worker); returns the time it finished."""
+        xs = x[lo:hi]
+        c, h, w = self.input_shape
+        if self.encoding == "raw":
+            t = torch.from_numpy(raw_view(data, offsets[lo:hi + 1], self.src_shape))
+            t = t.permute(0, 3, 1, 2)  # NHWC -> NCHW, a view; copy_ converts in one pass
+            if tuple(t.shape[1:]) == self.input_shape:
+                xs.copy_(t)
+            else:
+                xs.copy_(self._resize(t.float()))
+        else:
+            u8 = np.empty((hi - lo, h, w, c), dtype=np.uint8)
+            decode_images(data, offsets, lo, hi, u8, size=(h, w), ids=ids)
+            xs.copy_(torch.from_numpy(u8).permute(0, 3, 1, 2))
+        # xs holds pixel values in [0, 255]
+        if deltas is not None:
+            xs.add_(torch.from_numpy(deltas[lo:hi] * 255.0).view(-1, 1, 1, 1))
+            xs.clamp_(0.0, 255.0)
+        xs.mul_(self._scale)
+        if not (isinstance(self._shift, float) and self._shift == 0.0):
+            xs.sub_(self._shift)
+        return _now()
+
+    def _resize(self, f):
+        """Channel conversion and bilinear resize (antialiased when shrinking, as
+        Pillow does) of a float (n, C, H, W) chunk in 0..255."""
+        c, h, w = self.input_shape
+        if f.shape[1] == 3 and c == 1:
+            f = (f * _LUMA).sum(1, keepdim=True)
+        if tuple(f.shape[2:]) != (h, w):
+            f = F.interpolate(f, size=(h, w), mode="bilinear", align_corners=False,
+                              antialias=True).clamp_(0.0, 255.0)
+        if f.shape[1] == 1 and c == 3:
+            f = f.expand(-1, 3, -1, -1)
+        return f
