@@ -1,0 +1,46 @@
+"""Checkpoints: model + optimiser state, written by rank 0, fsync'd, atomic, timed.
+
+Checkpoint I/O competes with training reads for the same storage; its cost is part of a
+step's wall time (the ``ckpt`` component) and its bandwidth is reported per checkpoint.
+"""
+
+import io
+import os
+import time
+
+from .fsutil import atomic_write
+
+__all__ = ["CHECKPOINT", "save_checkpoint", "load_checkpoint"]
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def _state(model):
+    return getattr(model, "module", model).state_dict()  # unwrap DDP
+
+
+def save_checkpoint(directory, model, optimizer, epoch, step, extra=None):
+    """Write ``directory/checkpoint.pt`` (replacing the previous one atomically, after an
+    fsync). Returns a record: epoch, step, bytes, seconds (serialise + write + fsync +
+    rename), MiB/s, and the serialise and write times separately."""
+    import torch
+    t0 = time.perf_counter()
+    buf = io.BytesIO()
+    torch.save({"model": _state(model),
+                "optimizer": optimizer.state_dict() if optimizer is not None else None,
+                "epoch": int(epoch), "step": int(step), "extra": extra or {}}, buf)
+    t1 = time.perf_counter()
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, CHECKPOINT)
+    atomic_write(path, lambda f: f.write(buf.getbuffer()))
+    t2 = time.perf_counter()
+    n = buf.getbuffer().nbytes
+    return {"epoch": int(epoch), "step": int(step), "path": path, "bytes": n,
+            "seconds": t2 - t0, "serialise_s": t1 - t0, "write_s": t2 - t1,
+            "mib_per_s": n / (t2 - t1) / 2 ** 20 if t2 > t1 else None}
+
+
+def load_checkpoint(path):
+    """The dict :func:`save_checkpoint` wrote (on CPU)."""
+    import torch
+    return torch.load(path, map_location="cpu", weights_only=False)

@@ -1,0 +1,211 @@
+"""Ranks, devices and data-parallel set-up, all derived from MPI.
+
+MPI is the one source of truth for who is who: the same code runs under ``mpiexec``,
+``mpirun`` and ``srun`` (pmi2/pmix), with no launcher-specific environment variables.
+``torch.distributed`` is started from it (rank 0 picks an address and a free port and
+broadcasts them over MPI), so no ``torchrun`` and no ``MASTER_ADDR`` juggling in job
+scripts; setting ``MASTER_ADDR`` / ``MASTER_PORT`` still overrides the choice.
+
+Backends (``--dist``), in a registry:
+
+* ``torch`` (default): ``torch.distributed`` with NCCL on GPUs, gloo on CPUs, and the model
+  wrapped in ``DistributedDataParallel``.
+* ``horovod``: Horovod's ``DistributedOptimizer`` over MPI. Optional: its last release
+  (0.28.1) does not build against PyTorch >= 2.1 as shipped. Recipe that builds it against
+  torch 2.13::
+
+      pip download --no-deps --no-binary=:all: horovod==0.28.1 && tar xf horovod-0.28.1.tar.gz
+      cd horovod-0.28.1
+      # C++17 is needed by torch >= 2.1 headers: in CMakeLists.txt and horovod/torch/CMakeLists.txt
+      sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \\
+          CMakeLists.txt horovod/torch/CMakeLists.txt
+      HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 \\
+          HOROVOD_WITHOUT_MXNET=1 pip install --no-build-isolation .
+
+  (about 3.5 minutes). ``horovodrun --mpi`` does not recognise MPICH 4's version string:
+  launch with ``mpiexec``/``srun`` directly.
+* ``none``: no gradient exchange (each rank trains alone; an I/O-only baseline).
+
+The ``emulate`` model has no gradients to exchange and uses ``none`` whatever is asked.
+"""
+
+import os
+import socket
+from dataclasses import dataclass
+
+from .errors import HpcioError
+
+__all__ = ["World", "init_world", "pick_device", "DISTS", "TorchDist", "HorovodDist",
+           "NoDist", "make_dist", "free_port", "master_address"]
+
+
+@dataclass
+class World:
+    """This process's place in the job: global and node-local rank, node count."""
+
+    comm: object  # MPI.COMM_WORLD
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    nodes: int
+    node: int  # index of this rank's node (0..nodes-1, ordered by the node's lowest rank)
+    hostname: str
+    node_comm: object = None
+
+
+def init_world(comm=None):
+    """Rank, size and node-local rank from MPI (shared-memory split of the communicator)."""
+    from mpi4py import MPI
+    comm = comm or MPI.COMM_WORLD
+    node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    local_rank, local_size = node_comm.rank, node_comm.size
+    leader = 1 if local_rank == 0 else 0
+    # node index = number of node leaders with a lower rank (one exscan, no gather)
+    before = comm.exscan(leader, op=MPI.SUM) or 0  # None on rank 0
+    node = node_comm.bcast(before, root=0)
+    nodes = comm.allreduce(leader, op=MPI.SUM)
+    return World(comm, comm.rank, comm.size, local_rank, local_size, nodes, node,
+                 socket.gethostname(), node_comm)
+
+
+def pick_device(world, want="auto"):
+    """``cuda:<local rank mod GPUs>`` when a GPU is there (and wanted), else CPU."""
+    import torch
+    have = torch.cuda.is_available()
+    if want == "cuda" and not have:
+        raise HpcioError("--device cuda: no CUDA device visible on "
+                         f"{world.hostname}", everywhere=False)
+    if want == "cpu" or not have:
+        return torch.device("cpu")
+    dev = torch.device("cuda", world.local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    return dev
+
+
+def free_port():
+    """A TCP port nobody listens on right now (the OS's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def master_address(world):
+    """The address the other ranks reach rank 0 at: ``MASTER_ADDR`` if set; on one node
+    the loopback; else the first non-loopback address rank 0's hostname resolves to (or
+    the hostname itself, left to the other nodes' resolver)."""
+    if os.environ.get("MASTER_ADDR"):
+        return os.environ["MASTER_ADDR"]
+    if world.nodes == 1:
+        return "127.0.0.1"
+    try:
+        addrs = socket.gethostbyname_ex(world.hostname)[2]
+    except OSError:
+        addrs = []
+    for a in addrs:
+        if not a.startswith("127."):
+            return a
+    return world.hostname
+
+
+class NoDist:
+    """No gradient exchange."""
+
+    name = "none"
+
+    def __init__(self, world, device):
+        self.world, self.device = world, device
+
+    def wrap(self, model, optimizer):
+        return model, optimizer
+
+    def close(self):
+        pass
+
+
+class TorchDist(NoDist):
+    """torch.distributed from MPI: NCCL on GPU, gloo on CPU; DDP around the model."""
+
+    name = "torch"
+
+    def __init__(self, world, device):
+        super().__init__(world, device)
+        import torch.distributed as td
+        self.backend = "nccl" if device.type == "cuda" else "gloo"
+        self.td = td
+        if world.size == 1:
+            self.initialised = False
+            return
+        addr, port, err = None, None, None
+        if world.rank == 0:
+            try:
+                addr = master_address(world)
+                port = int(os.environ.get("MASTER_PORT") or free_port())
+            except OSError as e:
+                err = f"cannot pick an address for torch.distributed: {e}"
+        addr, port, err = world.comm.bcast((addr, port, err), root=0)
+        if err:
+            raise HpcioError(err, everywhere=True)
+        from datetime import timedelta
+        td.init_process_group(self.backend, init_method=f"tcp://{addr}:{port}",
+                              rank=world.rank, world_size=world.size,
+                              timeout=timedelta(seconds=int(
+                                  os.environ.get("HPCIO_DIST_TIMEOUT", "600"))))
+        self.initialised = True
+
+    def wrap(self, model, optimizer):
+        if not self.initialised:
+            return model, optimizer
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DDP(model, device_ids=ids, output_device=ids[0] if ids else None), optimizer
+
+    def close(self):
+        if self.initialised and self.td.is_initialized():
+            self.td.destroy_process_group()
+            self.initialised = False
+
+
+class HorovodDist(NoDist):
+    """Horovod over the same MPI job: DistributedOptimizer + broadcast of the initial
+    state from rank 0. Needs a Horovod built with MPI against this torch (see module
+    docstring)."""
+
+    name = "horovod"
+
+    def __init__(self, world, device):
+        super().__init__(world, device)
+        try:
+            import horovod.torch as hvd
+        except ImportError as e:
+            raise HpcioError(f"--dist horovod: horovod.torch does not import ({e}); "
+                             "see hpcio/dist.py for a build recipe", everywhere=True)
+        hvd.init()
+        if hvd.rank() != world.rank or hvd.size() != world.size:
+            raise HpcioError(f"horovod sees rank {hvd.rank()} of {hvd.size()}, MPI "
+                             f"{world.rank} of {world.size}", everywhere=False)
+        self.hvd = hvd
+
+    def wrap(self, model, optimizer):
+        hvd = self.hvd
+        optimizer = hvd.DistributedOptimizer(optimizer,
+                                             named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        return model, optimizer
+
+    def close(self):
+        pass
+
+
+DISTS = {cls.name: cls for cls in (TorchDist, HorovodDist, NoDist)}
+
+
+def make_dist(name, world, device):
+    """The gradient-exchange backend called ``name`` (collective: every rank calls it)."""
+    try:
+        cls = DISTS[name]
+    except KeyError:
+        raise HpcioError(f"unknown --dist {name!r} (choose from {', '.join(DISTS)})",
+                         everywhere=True)
+    return cls(world, device)
