@@ -57,9 +57,15 @@ class RecordIndex:
         return len(self.file)
 
     def save(self, path):
+        # what np.savez does, written out: its first parameter is called ``file``, so
+        # ``np.savez(buf, file=...)`` cannot store an array named "file"
+        import zipfile
         buf = io.BytesIO()
-        np.savez(buf, file=self.file, offset=self.offset, length=self.length,
-                 label=self.label, files=self.files, file_bytes=self.file_bytes)
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+            for k in ("file", "offset", "length", "label", "files", "file_bytes"):
+                with z.open(k + ".npy", "w", force_zip64=True) as f:
+                    np.lib.format.write_array(f, np.asanyarray(getattr(self, k)),
+                                              allow_pickle=False)
         atomic_write(path, lambda f: f.write(buf.getbuffer()))
 
     @classmethod

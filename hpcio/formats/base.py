@@ -1,0 +1,136 @@
+"""What every format module shares: a block of encoded records, a shard's result, and the
+one-line translation of write failures (disk full above all)."""
+
+import ctypes
+import errno
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import HpcioError
+
+__all__ = ["Block", "ShardResult", "Spec", "shard_stem", "write_error", "sync_tree",
+           "fsync_path", "record_ranges"]
+
+
+@dataclass
+class Block:
+    """Records ``lo`` .. ``hi``-1 as one uint8 buffer; record ``k`` is
+    ``data[offsets[k]:offsets[k+1]]`` (no per-record Python objects)."""
+
+    lo: int
+    hi: int
+    labels: np.ndarray
+    data: np.ndarray
+    lengths: np.ndarray
+
+    def __post_init__(self):
+        self.offsets = np.zeros(len(self.lengths) + 1, dtype=np.int64)
+        np.cumsum(self.lengths, out=self.offsets[1:])
+
+    def record(self, k):
+        return self.data[self.offsets[k]:self.offsets[k + 1]]
+
+
+@dataclass
+class Spec:
+    """What is being written: dataset-wide facts and the format's options."""
+
+    format: str
+    encoding: str
+    shape: tuple
+    classes: int
+    records: int
+    shards: int
+    options: dict = field(default_factory=dict)
+
+
+@dataclass
+class ShardResult:
+    """A written shard, described for the manifest and the record index: ``file[k]`` is an
+    index into ``files`` (paths relative to the dataset directory) for the shard's record
+    ``k``; offsets and lengths are bytes in that file."""
+
+    path: str
+    records: tuple
+    files: list
+    file_bytes: list
+    file: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+    label: np.ndarray
+    sha256: str
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def bytes(self):
+        return int(sum(self.file_bytes))
+
+    def entry(self):
+        """The manifest's entry for this shard."""
+        e = {"path": self.path, "records": [int(self.records[0]), int(self.records[1])],
+             "bytes": self.bytes, "sha256": self.sha256}
+        e.update(self.extra)
+        return e
+
+
+def shard_stem(k):
+    return f"shard-{k:05d}"
+
+
+def record_ranges(records, shards):
+    """Shard ``k`` holds records ``[k*N//K, (k+1)*N//K)``: contiguous, sizes within one."""
+    edges = (np.arange(shards + 1, dtype=np.int64) * records) // shards
+    return [(int(edges[k]), int(edges[k + 1])) for k in range(shards)]
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def write_error(path, exc):
+    """An :class:`HpcioError` naming ``path`` and what went wrong while writing it (one
+    line; 'no space left on device' whichever library reported it)."""
+    if isinstance(exc, HpcioError):
+        return exc
+    code = getattr(exc, "errno", None)
+    text = str(exc)
+    if code in _FULL or "No space left" in text or "ENOSPC" in text or "errno = 28" in text:
+        return HpcioError(f"{path}: no space left on device (disk or quota full)")
+    if code == errno.EROFS or "Read-only file system" in text:
+        return HpcioError(f"{path}: read-only file system")
+    if code in (errno.EACCES, errno.EPERM) or "Permission denied" in text:
+        return HpcioError(f"{path}: permission denied")
+    if isinstance(exc, OSError) and exc.strerror:
+        return HpcioError(f"{path}: {exc.strerror}")
+    line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return HpcioError(f"{path}: {line}")
+
+
+def fsync_path(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+_libc = None
+
+
+def sync_tree(path):
+    """Flush everything written under ``path`` to disk: one ``syncfs`` of its file system
+    (one call instead of an fsync per small file), ``sync`` where syncfs is missing."""
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if _libc.syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    except (OSError, AttributeError):
+        pass
+    os.sync()

@@ -1,0 +1,207 @@
+"""HDF5: one file per shard with an ``images`` and a ``labels`` dataset.
+
+Layouts (``hdf5.layout`` in the manifest):
+
+* ``contiguous`` (default, raw encoding): ``images`` is (N, H, W, C) uint8, contiguous;
+  record ``j`` of the shard is ``H*W*C`` bytes at ``images.id.get_offset() + j*H*W*C``.
+* ``chunked`` (raw encoding, option ``chunk_records=c``): chunks of (c, H, W, C), no
+  filters, so each chunk is the plain bytes of ``c`` records at its own file offset
+  (``get_chunk_info``); records do not straddle chunks.
+* ``blob`` (png/jpeg, variable length): ``images`` is one contiguous 1-D uint8 dataset of
+  the encoded records back to back and ``offsets`` (N+1,) int64 gives record ``j`` as
+  ``images[offsets[j]:offsets[j+1]]``. Each record's bytes stay contiguous in the file —
+  which h5py's variable-length type (records scattered over the global heap) would not give.
+
+``labels`` is (N,) int64. Attributes ``first_record`` and ``records`` give the shard's
+record range. Native access: h5py with the default (sec2) driver, one read per sample.
+"""
+
+import os
+
+import numpy as np
+
+from ..dataset import sha256_file
+from ..errors import HpcioError
+from .base import ShardResult, shard_stem, fsync_path
+
+__all__ = ["NAME", "Writer", "Native", "open_native", "targets", "manifest_keys",
+           "record_offsets", "open_h5"]
+
+NAME = "hdf5"
+COPY = 64 << 20
+
+
+def targets(k, spec):
+    return [shard_stem(k) + ".h5", "." + shard_stem(k) + ".h5.blob"]
+
+
+def _layout(spec):
+    c = spec.options.get("chunk_records")
+    if spec.encoding != "raw":
+        if c:
+            raise HpcioError("hdf5 chunk_records needs raw encoding: variable-length "
+                             "records would straddle chunks", everywhere=True)
+        return "blob"
+    return "chunked" if c else "contiguous"
+
+
+def manifest_keys(spec):
+    layout = _layout(spec)
+    keys = {"images": "images", "labels": "labels", "layout": layout}
+    if layout == "blob":
+        keys["offsets"] = "offsets"
+    if layout == "chunked":
+        keys["chunk_records"] = int(spec.options["chunk_records"])
+    return {"hdf5": keys}
+
+
+def open_h5(path, mode="r"):
+    import h5py
+    try:
+        return h5py.File(path, mode)
+    except OSError as e:
+        msg = str(e).splitlines()[0] if str(e) else "unreadable"
+        raise HpcioError(f"{path}: not a readable HDF5 file ({msg})")
+
+
+def record_offsets(dset, n, record_bytes):
+    """File offset of each of the first ``n`` records of a contiguous or chunked,
+    unfiltered (N, ...) dataset; raises where a record's bytes are not plain and
+    contiguous in the file."""
+    import h5py
+    plist = dset.id.get_create_plist()
+    layout = plist.get_layout()
+    if plist.get_nfilters():
+        raise HpcioError(f"{dset.name}: filtered (compressed) chunks: records are not "
+                         f"plain bytes in the file")
+    if layout == h5py.h5d.CONTIGUOUS:
+        base = dset.id.get_offset()
+        if base is None:
+            raise HpcioError(f"{dset.name}: no storage allocated (empty dataset)")
+        return base + np.arange(n, dtype=np.int64) * record_bytes
+    if layout == h5py.h5d.CHUNKED:
+        chunk = dset.chunks
+        if tuple(chunk[1:]) != tuple(dset.shape[1:]):
+            raise HpcioError(f"{dset.name}: chunks {chunk} split records of shape "
+                             f"{dset.shape[1:]}")
+        out = np.full(n, -1, dtype=np.int64)
+        for c in range(dset.id.get_num_chunks()):
+            info = dset.id.get_chunk_info(c)
+            lo = info.chunk_offset[0]
+            hi = min(lo + chunk[0], n)
+            out[lo:hi] = info.byte_offset + np.arange(hi - lo, dtype=np.int64) * record_bytes
+        if (out < 0).any():
+            raise HpcioError(f"{dset.name}: record {int(np.argmax(out < 0))} has no "
+                             f"storage (unwritten chunk)")
+        return out
+    raise HpcioError(f"{dset.name}: compact or virtual layout is not indexable")
+
+
+class Writer:
+    """Raw: writes blocks straight into the (N, H, W, C) dataset. Encoded: appends to a
+    temporary blob file beside the shard and copies it into an exactly sized contiguous
+    dataset at the end (HDF5 cannot grow a contiguous dataset)."""
+
+    def __init__(self, root, k, lo, hi, spec):
+        import h5py
+        self.rel = shard_stem(k) + ".h5"
+        self.path = os.path.join(root, self.rel)
+        self.lo, self.hi, self.n = lo, hi, hi - lo
+        self.layout = _layout(spec)
+        self.shape = tuple(spec.shape)
+        self.f = h5py.File(self.path, "w", libver="earliest")
+        self.f.attrs["first_record"] = lo
+        self.f.attrs["records"] = self.n
+        self.labels = self.f.create_dataset("labels", (self.n,), dtype="<i8")
+        self.lengths = []
+        if self.layout == "blob":
+            self.blob_path = os.path.join(root, "." + self.rel + ".blob")
+            self.blob = open(self.blob_path, "wb")
+        else:
+            chunks = None
+            if self.layout == "chunked":
+                chunks = (min(int(spec.options["chunk_records"]), max(self.n, 1)),) + self.shape
+            self.images = self.f.create_dataset("images", (self.n,) + self.shape,
+                                                dtype="u1", chunks=chunks)
+
+    def write(self, block):
+        a, b = block.lo - self.lo, block.hi - self.lo
+        self.labels[a:b] = block.labels
+        if self.layout == "blob":
+            self.blob.write(memoryview(block.data))
+        else:
+            self.images[a:b] = block.data.reshape((b - a,) + self.shape)
+        self.lengths.append(block.lengths)
+
+    def close(self):
+        length = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+        if self.layout == "blob":
+            self.blob.close()
+            offsets = np.zeros(self.n + 1, np.int64)
+            np.cumsum(length, out=offsets[1:])
+            total = int(offsets[-1])
+            images = self.f.create_dataset("images", (total,), dtype="u1")
+            self.f.create_dataset("offsets", data=offsets)
+            with open(self.blob_path, "rb") as src:
+                for pos in range(0, total, COPY):
+                    images[pos:pos + COPY] = np.frombuffer(src.read(COPY), np.uint8)
+            os.unlink(self.blob_path)
+        self.f.close()
+        fsync_path(self.path)
+        with open_h5(self.path) as f:
+            labels = f["labels"][:]
+            if self.layout == "blob":
+                offset = f["images"].id.get_offset() + f["offsets"][:-1] \
+                    if self.n else np.zeros(0, np.int64)
+            else:
+                offset = record_offsets(f["images"], self.n, int(np.prod(self.shape))) \
+                    if self.n else np.zeros(0, np.int64)
+        size = os.path.getsize(self.path)
+        return ShardResult(self.rel, (self.lo, self.hi), [self.rel], [size],
+                           np.zeros(self.n, np.int32), np.asarray(offset, np.int64), length,
+                           labels, sha256_file(self.path))
+
+    def abort(self):
+        try:
+            self.f.close()
+        except Exception:
+            pass
+        if self.layout == "blob":
+            try:
+                self.blob.close()
+                os.unlink(self.blob_path)
+            except OSError:
+                pass
+
+
+class Native:
+    """h5py, default driver, one read per sample: ``images[j]`` (raw) or the slice of the
+    blob (encoded; ``offsets`` read once on open, as a loader would)."""
+
+    def __init__(self, ds):
+        keys = ds.manifest.get("hdf5", {})
+        self.names = keys.get("images", "images"), keys.get("offsets")
+        self.files, self.dsets, self.offs = [], [], []
+        self.starts = np.array([s["records"][0] for s in ds.manifest["shards"]], np.int64)
+        for shard in ds.manifest["shards"]:
+            f = open_h5(os.path.join(ds.root, shard["path"]))
+            self.files.append(f)
+            self.dsets.append(f[self.names[0]])
+            self.offs.append(f[self.names[1]][:] if self.names[1] else None)
+
+    def get(self, i):
+        s = int(np.searchsorted(self.starts, i, side="right")) - 1
+        j = i - int(self.starts[s])
+        off = self.offs[s]
+        if off is None:
+            return self.dsets[s][j]
+        return self.dsets[s][int(off[j]):int(off[j + 1])]
+
+    def close(self):
+        for f in self.files:
+            f.close()
+        self.files = []
+
+
+def open_native(ds):
+    return Native(ds)
