@@ -7,6 +7,7 @@ shards gives the same records. Each rank returns its shards' index arrays to ran
 the end (one gather), and rank 0 writes the manifest and the record index.
 """
 
+import argparse
 import os
 import sys
 
@@ -412,9 +413,19 @@ def _add_output(p):
     p.add_argument("--force", action="store_true",
                    help="write into an existing directory; replaces only files an earlier "
                         "hpcio dataset there wrote, never anything else")
-    p.add_argument("--progress", action=__import__("argparse").BooleanOptionalAction,
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction,
                    default=None, help="progress bar on rank 0 (default: when stderr is a "
                                       "terminal)")
+
+
+class _Help(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Defaults shown where they say something (not for None/False), examples kept as
+    written."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, False) or action.default is argparse.SUPPRESS:
+            return action.help
+        return super()._get_help_string(action)
 
 
 def build_parser():
@@ -432,11 +443,11 @@ def build_parser():
                "--encoding raw\n"
                "  python -m hpcio.datagen index /data/ilsvrc12_train_lmdb\n"
                "  python -m hpcio.datagen info /tmp/mnist",
-        formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+        formatter_class=_Help)
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
     sub.required = True
 
-    g = sub.add_parser("generate", help="write a synthetic dataset (the default command)",
+    g = sub.add_parser("generate", formatter_class=_Help, help="write a synthetic dataset (the default command)",
                        description="Write a synthetic dataset of a preset: pictures drawn "
                                    "from (seed, record id), labels uniform over the classes.")
     g.add_argument("out", help="output dataset directory")
@@ -451,7 +462,7 @@ def build_parser():
     g.add_argument("--seed", type=int, default=0, help="seed of pictures and labels")
     _add_output(g)
 
-    i = sub.add_parser("import", help="write a dataset from data you have (local files "
+    i = sub.add_parser("import", formatter_class=_Help, help="write a dataset from data you have (local files "
                                       "only, never a download)",
                        description="Import a folder of images in class sub-folders, MNIST "
                                    "idx files or CIFAR-10 batches into an hpcio dataset.")
@@ -470,7 +481,7 @@ def build_parser():
                         "unchanged (default: keep for folder, png for mnist/cifar10)")
     _add_output(i)
 
-    x = sub.add_parser("index", help="index a dataset made elsewhere (LMDB, HDF5, image "
+    x = sub.add_parser("index", formatter_class=_Help, help="index a dataset made elsewhere (LMDB, HDF5, image "
                                      "folder) without touching its data",
                        description="Write hpcio.json + index.npz for an existing LMDB "
                                    "environment (e.g. Caffe convert_imageset), HDF5 file "
@@ -488,7 +499,7 @@ def build_parser():
     x.add_argument("--force", action="store_true",
                    help="replace an existing hpcio manifest and index there")
 
-    f = sub.add_parser("info", help="print a dataset's summary",
+    f = sub.add_parser("info", formatter_class=_Help, help="print a dataset's summary",
                        description="Print a dataset's summary from its manifest and index.")
     f.add_argument("path", help="dataset directory")
     f.add_argument("--verify", action="store_true",
