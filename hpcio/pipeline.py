@@ -29,6 +29,7 @@ import time
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -41,7 +42,10 @@ __all__ = ["Pipeline", "Prepared", "BRIGHTNESS", "check_labels", "decode_records
 
 BRIGHTNESS = 32 / 255  # the study's random-brightness range: +-32/255 of full scale
 _LUMA = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)  # ITU-R 601, as Pillow's "L"
+RAW_CHUNK = 1 << 20  # raw bytes per worker task at least: below that, handing a chunk
+# to a thread costs more than converting it
 _now = time.perf_counter
+_U64 = (1 << 64) - 1
 
 
 @dataclass
@@ -166,7 +170,7 @@ def _load(it, submit, q, permits, stop):
 class Run:
     """The iterator of one pass over a batch source (see :meth:`Pipeline.run`)."""
 
-    def __init__(self, pipe, batches):
+    def __init__(self, pipe, batches, epoch=0):
         self._q = queue.SimpleQueue()
         self._permits = threading.Semaphore(pipe.prefetch)
         self._stop = threading.Event()
@@ -175,7 +179,8 @@ class Run:
         # and its __del__ stops the loader
         self._thread = threading.Thread(
             target=_load, name="hpcio-loader", daemon=True,
-            args=(iter(batches), pipe._submit, self._q, self._permits, self._stop))
+            args=(iter(batches), partial(pipe._submit, epoch=int(epoch)), self._q,
+                  self._permits, self._stop))
         self._thread.start()
 
     def __iter__(self):
@@ -238,8 +243,8 @@ class Pipeline:
     ``manifest``: the dataset manifest (``encoding`` raw|png|jpeg, ``shape`` [H, W, C],
     ``classes``); ``input_shape``: the model's (C, H, W). ``threads`` workers (>= 1),
     ``prefetch`` batches of read-ahead (>= 0). ``augment``: random brightness (+-
-    ``brightness``) and clip; ``seed``: its generator is seeded with (seed, step), so a
-    step's deltas are reproducible (pass a rank-dependent seed for distinct ranks).
+    ``brightness``) and clip; ``seed``: its generator is seeded with (seed, epoch, step),
+    so a step's deltas are reproducible (pass a rank-dependent seed for distinct ranks).
     ``mean``/``std`` (scalars or per channel) normalise the [0, 1] pixels; ``mean=0,
     std=1`` leaves them in [0, 1]. ``classes`` (default: the manifest's) bounds the labels.
     ``pin_memory`` allocates page-locked tensors when CUDA is present.
@@ -297,14 +302,15 @@ class Pipeline:
 
     # ---- the consumer's side ------------------------------------------------------------
 
-    def run(self, batches):
+    def run(self, batches, epoch=0):
         """Start a loader on ``batches`` (an iterable of :class:`~hpcio.readers.base.Batch`,
         e.g. ``reader.epoch(plan)``); returns an iterator of :class:`Prepared` in order.
+        ``epoch`` enters the brightness seed, so epochs differ where step numbers repeat.
         An exception in the source or the preprocessing is re-raised by ``next()``;
         ``close()`` (or leaving a ``with`` block) stops early without hanging."""
         if self._closed:
             raise RuntimeError("pipeline is closed")
-        r = Run(self, batches)
+        r = Run(self, batches, epoch)
         self._runs.add(r)
         return r
 
@@ -323,14 +329,14 @@ class Pipeline:
 
     # ---- the loader's side --------------------------------------------------------------
 
-    def deltas(self, step, n):
-        """The brightness deltas of step ``step`` (n floats), reproducible from the seed."""
+    def deltas(self, step, n, epoch=0):
+        """The brightness deltas of a step (n floats): a function of (seed, epoch, step)."""
         if not self.augment or not n:
             return None
-        rng = np.random.default_rng((self.seed, int(step) & 0xFFFFFFFFFFFFFFFF))
+        rng = np.random.default_rng((self.seed, int(epoch) & _U64, int(step) & _U64))
         return rng.uniform(-self.brightness, self.brightness, n).astype(np.float32)
 
-    def _submit(self, b, t0, t1):
+    def _submit(self, b, t0, t1, epoch=0):
         """Copy batch ``b`` out of the reader's buffer and queue its chunks (loader)."""
         n = len(b)
         check_labels(b.labels, self.classes, b.step, b.ids)
@@ -342,8 +348,11 @@ class Pipeline:
         y = torch.from_numpy(np.array(b.labels, dtype=np.int64, copy=True))
         x = torch.empty((n,) + self.input_shape, dtype=torch.float32,
                         pin_memory=self.pin_memory)
-        deltas = self.deltas(b.step, n)
-        cuts = np.linspace(0, n, min(n, self.threads) + 1).astype(np.int64)
+        deltas = self.deltas(b.step, n, epoch)
+        parts = min(n, self.threads)
+        if self.encoding == "raw":
+            parts = max(1, min(parts, (end - start) // RAW_CHUNK))
+        cuts = np.linspace(0, n, parts + 1).astype(np.int64)
         futures = [self._pool.submit(self._chunk, data, offsets, ids, int(lo), int(hi), x,
                                      deltas)
                    for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]
