@@ -11,8 +11,13 @@ import torch
 from PIL import Image
 
 from hpcio.errors import HpcioError
+from hpcio.images import render
 from hpcio.pipeline import BRIGHTNESS, Pipeline, decode_records
+from hpcio.plan import make_plan
+from hpcio.presets import get_preset
+from hpcio.readers import make_reader
 from hpcio.readers.base import Batch
+from tests.common.datasets import FORMATS_X_ENCODINGS, make_dataset
 
 
 def pictures(n, h, w, c, seed=0):
@@ -443,3 +448,32 @@ def test_raw_is_vectorised():
         dt = time.perf_counter() - t
     assert total == n
     assert dt < 1.0, f"{n} raw records took {dt:.2f} s"
+
+
+# ---- real datasets, through a real reader -----------------------------------------------
+
+@pytest.mark.parametrize("fmt,encoding", FORMATS_X_ENCODINGS)
+def test_dataset_through_reader(tmp_path_factory, fmt, encoding):
+    """Records written by a format and read by the memory reader come out of the pipeline
+    as the pictures that were rendered (exactly for raw/PNG, closely for JPEG)."""
+    preset = get_preset("cifar10")
+    ds = make_dataset(tmp_path_factory.getbasetemp() / "pipeline", fmt, encoding,
+                      preset=preset.name, records=24, shards=2)
+    plan = make_plan(ds.records, 1, 0, 8, epoch=0, seed=3, shuffle="global")
+    h, w, c = ds.shape
+    with make_reader("memory", ds) as reader, \
+            Pipeline(ds.manifest, (c, h, w), threads=2, augment=False, mean=0,
+                     std=1) as pipe:
+        outs = list(pipe.run(reader.epoch(plan)))
+    assert len(outs) == plan.steps
+    ids = np.concatenate([o.ids for o in outs])
+    assert sorted(ids.tolist()) == list(range(ds.records))
+    pixels, labels = render(preset.style, 0, ids, ds.shape, preset.classes)
+    x = torch.cat([o.x for o in outs])
+    want = torch.from_numpy(pixels).permute(0, 3, 1, 2).float() / 255
+    assert torch.equal(torch.cat([o.y for o in outs]), torch.from_numpy(labels))
+    err = (x - want).abs()
+    if encoding == "jpeg":
+        assert float(err.mean()) < 10 / 255  # textured pictures, quality 90
+    else:
+        assert float(err.max()) < 1e-6
