@@ -97,6 +97,12 @@ def write_error(path, exc):
     text = str(exc)
     if code in _FULL or "No space left" in text or "ENOSPC" in text or "errno = 28" in text:
         return HpcioError(f"{path}: no space left on device (disk or quota full)")
+    free = _free_bytes(path)
+    if free is not None and free < (1 << 20) and not isinstance(exc, PermissionError):
+        # LMDB reports a failed write of a full disk as EIO from mdb_txn_commit
+        line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+        return HpcioError(f"{path}: no space left on device ({free} bytes free; the "
+                          f"library said: {line})")
     if code == errno.EROFS or "Read-only file system" in text:
         return HpcioError(f"{path}: read-only file system")
     if code in (errno.EACCES, errno.EPERM) or "Permission denied" in text:
@@ -105,6 +111,17 @@ def write_error(path, exc):
         return HpcioError(f"{path}: {exc.strerror}")
     line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return HpcioError(f"{path}: {line}")
+
+
+def _free_bytes(path):
+    p = os.path.abspath(path)
+    while p and not os.path.exists(p):
+        p = os.path.dirname(p)
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def fsync_path(path):

@@ -97,59 +97,79 @@ def record_offsets(dset, n, record_bytes):
     raise HpcioError(f"{dset.name}: compact or virtual layout is not indexable")
 
 
+def need_space(folder, nbytes):
+    """Refuse before HDF5 starts writing what will not fit: HDF5's own disk-full paths
+    leave half-closed objects behind (and crash on some versions)."""
+    st = os.statvfs(folder)
+    free = st.f_bavail * st.f_frsize
+    if free < nbytes + (1 << 20):
+        raise HpcioError(f"{folder}: no space left on device (an HDF5 shard needs "
+                         f"{nbytes} bytes, {free} free)")
+
+
 class Writer:
     """Raw: writes blocks straight into the (N, H, W, C) dataset. Encoded: appends to a
-    temporary blob file beside the shard and copies it into an exactly sized contiguous
-    dataset at the end (HDF5 cannot grow a contiguous dataset)."""
+    temporary blob file beside the shard and makes the HDF5 file at the end, with an
+    exactly sized contiguous dataset (HDF5 cannot grow a contiguous dataset). Free space is
+    checked before HDF5 writes anything: its disk-full paths leave objects half-closed
+    (and crash the interpreter on exit with h5py 3.16)."""
 
     def __init__(self, root, k, lo, hi, spec):
-        import h5py
         self.rel = shard_stem(k) + ".h5"
         self.path = os.path.join(root, self.rel)
         self.lo, self.hi, self.n = lo, hi, hi - lo
         self.layout = _layout(spec)
         self.shape = tuple(spec.shape)
-        self.f = h5py.File(self.path, "w", libver="earliest")
-        self.f.attrs["first_record"] = lo
-        self.f.attrs["records"] = self.n
-        self.labels = self.f.create_dataset("labels", (self.n,), dtype="<i8")
-        self.lengths = []
+        self.lengths, self.labels, self.f = [], [], None
         if self.layout == "blob":
             self.blob_path = os.path.join(root, "." + self.rel + ".blob")
             self.blob = open(self.blob_path, "wb")
-        else:
-            chunks = None
-            if self.layout == "chunked":
-                chunks = (min(int(spec.options["chunk_records"]), max(self.n, 1)),) + self.shape
-            self.images = self.f.create_dataset("images", (self.n,) + self.shape,
-                                                dtype="u1", chunks=chunks)
+            return
+        need_space(root, self.n * (int(np.prod(self.shape)) + 8))
+        chunks = None
+        if self.layout == "chunked":
+            chunks = (min(int(spec.options["chunk_records"]), max(self.n, 1)),) + self.shape
+        self.f = self._create()
+        self.images = self.f.create_dataset("images", (self.n,) + self.shape, dtype="u1",
+                                            chunks=chunks)
+
+    def _create(self):
+        import h5py
+        f = h5py.File(self.path, "w", libver="earliest")
+        f.attrs["first_record"] = self.lo
+        f.attrs["records"] = self.n
+        return f
 
     def write(self, block):
-        a, b = block.lo - self.lo, block.hi - self.lo
-        self.labels[a:b] = block.labels
         if self.layout == "blob":
             self.blob.write(memoryview(block.data))
         else:
+            a, b = block.lo - self.lo, block.hi - self.lo
             self.images[a:b] = block.data.reshape((b - a,) + self.shape)
         self.lengths.append(block.lengths)
+        self.labels.append(block.labels)
 
     def close(self):
-        length = np.concatenate(self.lengths) if self.lengths else np.zeros(0, np.int64)
+        cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
+        length, labels = cat(self.lengths), cat(self.labels)
         if self.layout == "blob":
             self.blob.close()
             offsets = np.zeros(self.n + 1, np.int64)
             np.cumsum(length, out=offsets[1:])
             total = int(offsets[-1])
+            need_space(os.path.dirname(self.path), total + 24 * self.n)
+            self.f = self._create()
             images = self.f.create_dataset("images", (total,), dtype="u1")
             self.f.create_dataset("offsets", data=offsets)
             with open(self.blob_path, "rb") as src:
                 for pos in range(0, total, COPY):
                     images[pos:pos + COPY] = np.frombuffer(src.read(COPY), np.uint8)
             os.unlink(self.blob_path)
+        self.f.create_dataset("labels", data=labels.astype("<i8"))
         self.f.close()
+        self.f = self.images = None
         fsync_path(self.path)
         with open_h5(self.path) as f:
-            labels = f["labels"][:]
             if self.layout == "blob":
                 offset = f["images"].id.get_offset() + f["offsets"][:-1] \
                     if self.n else np.zeros(0, np.int64)
@@ -162,10 +182,17 @@ class Writer:
                            labels, sha256_file(self.path))
 
     def abort(self):
-        try:
-            self.f.close()
-        except Exception:
-            pass
+        # dataset handles go before the file: freeing them after a failed close crashes
+        self.images = None
+        if self.f is not None:
+            import gc
+            gc.collect()
+            try:
+                self.f.close()
+            except Exception:
+                pass
+            self.f = None
+            gc.collect()
         if self.layout == "blob":
             try:
                 self.blob.close()

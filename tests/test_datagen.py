@@ -1,0 +1,175 @@
+"""Generation: parallel under real MPI gives the serial records, the command line works,
+and every bad input ends every rank with one line naming the problem."""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from hpcio.dataset import open_dataset
+from hpcio.datagen import generate
+
+from common.datasets import error_lines, records_of
+from common.mpi import mpiexec, run_mpi, run_py
+
+GEN = ["-m", "hpcio.datagen", "generate"]
+
+
+def same_records(a, b):
+    la, ra = records_of(a)
+    lb, rb = records_of(b)
+    assert a.records == b.records
+    assert (la == lb).all()
+    assert ra == rb
+
+
+@pytest.mark.parametrize("n,fmt,enc,shards", [
+    (2, "packed", "png", 3), (2, "lmdb", "png", 3), (2, "hdf5", "raw", 3),
+    (2, "images", "png", 3), (3, "lmdb", "jpeg", 4), (3, "hdf5", "png", 5),
+    (3, "packed", "raw", 1)])
+def test_parallel_generation_matches_serial(tmp_path, n, fmt, enc, shards):
+    """Records depend on (seed, id) only: P ranks and K shards give the 1-rank records."""
+    preset = "cifar10" if enc == "jpeg" else "mnist"
+    serial = generate(tmp_path / "serial", preset, 45, fmt, enc, shards=2, seed=3)
+    out = tmp_path / "par"
+    p = run_mpi(n, GEN + [out, "--preset", preset, "--records", 45, "--format", fmt,
+                          "--encoding", enc, "--shards", shards, "--seed", 3, "--progress"])
+    assert p.returncode == 0, p.stderr
+    assert "45/45" in p.stderr  # rank 0's bar counted every rank's records
+    par = open_dataset(out)
+    par.verify_checksums()
+    assert len(par.manifest["shards"]) == shards
+    same_records(serial, par)
+    assert f"records 45, shape" in p.stdout and p.stdout.count("format ") == 1
+
+
+def test_default_command_and_info(tmp_path):
+    out = tmp_path / "d"
+    p = run_py(["-m", "hpcio.datagen", out, "--records", 20, "--format", "lmdb"], check=True)
+    assert "format lmdb, encoding png, records 20" in p.stdout
+    p = run_py(["-m", "hpcio.datagen", "info", out, "--verify"], check=True)
+    assert "checksums: ok" in p.stdout and "preset mnist, seed 0" in p.stdout
+    p = run_py(["-m", "hpcio.datagen", "--help"], check=True)
+    for cmd in ("generate", "import", "index", "info"):
+        assert cmd in p.stdout
+
+
+def fails(p, *words):
+    """Non-zero exit and one line that names the problem."""
+    lines = error_lines(p.stderr)
+    assert p.returncode != 0, p.stdout
+    assert len(lines) == 1, p.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+    return lines[0]
+
+
+def test_refuses_a_directory_that_is_not_a_dataset(tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "thesis.tex").write_text("precious")
+    p = run_mpi(2, GEN + [out, "--records", 10])
+    fails(p, "not an hpcio dataset", "--force")
+    p = run_mpi(2, GEN + [out, "--records", 10, "--force"])
+    assert p.returncode == 0, p.stderr
+    assert (out / "thesis.tex").read_text() == "precious"
+    assert open_dataset(out).records == 10
+
+
+def test_existing_dataset_needs_force_and_force_removes_only_hpcio_files(tmp_path):
+    out = tmp_path / "d"
+    generate(out, records=12, format="images", encoding="png", shards=2)
+    fails(run_py(GEN + [out, "--records", 5]), "already holds an hpcio dataset")
+    # a user's file inside hpcio's shard folders, and one beside them
+    (out / "shard-00000" / "0001" / "notes.txt").parent.mkdir(parents=True, exist_ok=True)
+    (out / "shard-00000" / "0001" / "notes.txt").write_text("mine")
+    (out / "README").write_text("mine too")
+    p = run_py(GEN + [out, "--records", 5, "--format", "packed", "--force"])
+    assert p.returncode == 0, p.stderr
+    ds = open_dataset(out)
+    assert ds.format == "packed" and ds.records == 5
+    left = sorted(str(q.relative_to(out)) for q in out.rglob("*") if q.is_file())
+    assert left == ["README", "hpcio.json", "index.npz", "shard-00000.rec",
+                    "shard-00000/0001/notes.txt"]
+
+
+def test_never_overwrites_a_file_hpcio_did_not_write(tmp_path):
+    out = tmp_path / "d"
+    out.mkdir()
+    (out / "shard-00000.rec").write_bytes(b"somebody else's shard")
+    fails(run_py(GEN + [out, "--records", 5, "--force"]), "shard-00000.rec",
+          "not written by hpcio")
+    assert (out / "shard-00000.rec").read_bytes() == b"somebody else's shard"
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--preset", "svhn"], ["--preset", "invalid choice", "svhn"]),
+    (["--format", "tfrecord"], ["--format", "invalid choice"]),
+    (["--encoding", "webp"], ["--encoding", "invalid choice"]),
+    (["--records", "0"], ["--records must be at least 1"]),
+    (["--records", "3", "--shards", "4"], ["--shards must be between 1 and"]),
+    (["--encoding", "png", "--format", "hdf5", "--chunk-records", "4"],
+     ["chunk_records needs raw"]),
+])
+def test_bad_arguments_on_two_ranks(tmp_path, args, words):
+    p = run_mpi(2, GEN + [tmp_path / "d"] + args, timeout=60)
+    fails(p, *words)
+    assert not (tmp_path / "d" / "hpcio.json").exists()
+
+
+def test_output_under_a_file_is_one_line(tmp_path):
+    (tmp_path / "f").write_text("")
+    fails(run_mpi(2, GEN + [tmp_path / "f" / "d", "--records", 5]), "Not a directory")
+    fails(run_py(GEN + [tmp_path / "f", "--records", 5]), "exists and is not a directory")
+
+
+def _private_mount(tmp_path, opts):
+    """argv prefix running a command in a private mount namespace with a tmpfs mounted
+    (``opts``) on ``tmp_path/mnt``; skips where namespaces or mounts are not allowed."""
+    unshare = shutil.which("unshare")
+    if not unshare:
+        pytest.skip("unshare(1) not installed")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    flags = ["--mount"] if os.geteuid() == 0 else ["--mount", "--map-root-user"]
+    script = f'mount -t tmpfs -o {opts} hpcio-test "{mnt}" && exec "$@"'
+    prefix = [unshare] + flags + ["sh", "-c", script, "sh"]
+    probe = subprocess.run(prefix + ["true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a private tmpfs here: {probe.stderr.strip()[:80]}")
+    return prefix, mnt
+
+
+def _launch(prefix, n, args, timeout=120):
+    env = dict(os.environ)
+    return subprocess.run(prefix + [mpiexec(), "-n", str(n), sys.executable] + GEN +
+                          [str(a) for a in args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+@pytest.mark.parametrize("fmt,enc", [("packed", "raw"), ("lmdb", "raw"), ("hdf5", "raw"),
+                                     ("hdf5", "png"), ("images", "raw")])
+def test_disk_full_on_two_ranks(tmp_path, fmt, enc):
+    """A 1 MiB tmpfs in a private mount namespace: ENOSPC from any library is one line."""
+    prefix, mnt = _private_mount(tmp_path, "size=1m")
+    p = _launch(prefix, 2, [mnt / "d", "--preset", "cifar10", "--records", 1500,
+                            "--format", fmt, "--encoding", enc, "--shards", 2])
+    fails(p, "no space left on device")
+
+
+def test_read_only_file_system(tmp_path):
+    prefix, mnt = _private_mount(tmp_path, "size=1m,ro")
+    fails(_launch(prefix, 2, [mnt / "d", "--records", 5]), "read-only file system")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
+def test_unwritable_directory(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    d.chmod(0o555)
+    try:
+        fails(run_mpi(2, GEN + [d / "x", "--records", 5]), "ermission denied")
+    finally:
+        d.chmod(0o755)
