@@ -189,13 +189,17 @@ class _NumpyOnly(pickle.Unpickler):
 
     ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray",
                "_reconstruct"), ("numpy", "ndarray"), ("numpy", "dtype"),
-               ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar")}
+               ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+               ("_codecs", "encode")}  # protocol-2 pickles written by Python 3 use it for bytes
 
     def find_class(self, module, name):
         if (module, name) not in self.ALLOWED:
             raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a batch file")
         if name in ("ndarray", "dtype"):
             return getattr(np, name)
+        if module == "_codecs":
+            import codecs
+            return codecs.encode
         core = getattr(np, "_core", None) or np.core
         return getattr(core.multiarray, name)
 
