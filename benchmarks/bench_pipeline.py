@@ -10,6 +10,9 @@ records/s  records delivered by ``Pipeline.run`` divided by the wall time from `
            to its ``StopIteration``, with a consumer that does nothing else;
 MiB/s in   encoded record bytes consumed per second (what a reader must deliver to keep
            up); MiB/s out: float32 tensor bytes produced per second.
+cpu us/rec CPU time of the whole process (all threads, ``time.process_time``) per record:
+           the cost of preprocessing, less sensitive than wall time to other load on a
+           shared machine.
 
 Workloads are timed interleaved (every workload and thread count once, then again), and
 each figure is the median over ``--repeats`` with the min-max spread beside it.
@@ -38,6 +41,7 @@ WORKLOADS = {
     "cifar-png": ("cifar10", "png", None, (3, 32, 32), 100, 10_000, 1000, False),
     "imagenet-jpeg-227": ("imagenet", "jpeg", None, (3, 227, 227), 32, 384, 96, False),
     "imagenet-jpeg-224": ("imagenet", "jpeg", None, (3, 224, 224), 32, 384, 96, False),
+    "imagenet-raw-227": ("imagenet", "raw", None, (3, 227, 227), 32, 1024, 96, False),
     "imagenet-offline-227": ("imagenet", "raw", (227, 227, 3), (3, 227, 227), 32, 2048,
                              96, True),
 }
@@ -70,14 +74,14 @@ def make_batches(name):
 
 
 def time_once(manifest, batches, model_shape, threads, offline, prefetch):
-    """(seconds, records) of one pass of the pipeline over ``batches``."""
+    """(wall seconds, CPU seconds, records) of one pass of the pipeline over ``batches``."""
     with Pipeline(manifest, model_shape, threads=threads, prefetch=prefetch,
                   offline=offline) as pipe:
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         n = 0
         for out in pipe.run(batches):
             n += out.records
-        return time.perf_counter() - t, n
+        return time.perf_counter() - t, time.process_time() - c, n
 
 
 def main(argv=None):
@@ -98,18 +102,21 @@ def main(argv=None):
         enc_bytes = sum(b.nbytes for b in batches) / sum(len(b) for b in batches)
         data[name] = (manifest, batches, enc_bytes)
     times = {(w, t): [] for w in args.workloads for t in args.threads}
+    cpu = {k: [] for k in times}
     for _ in range(args.repeats):
         for name in args.workloads:
             manifest, batches, _ = data[name]
             model_shape, offline = WORKLOADS[name][3], WORKLOADS[name][7]
             for th in args.threads:
-                dt, n = time_once(manifest, batches, model_shape, th, offline,
-                                  args.prefetch)
+                dt, dc, n = time_once(manifest, batches, model_shape, th, offline,
+                                      args.prefetch)
                 times[name, th].append(n / dt)
+                cpu[name, th].append(dc / n * 1e6)
     print(f"# cpus {os.cpu_count()}, torch threads {torch.get_num_threads()}, "
-          f"prefetch {args.prefetch}, repeats {args.repeats}; median (min-max)")
+          f"prefetch {args.prefetch}, repeats {args.repeats}; median (min-max); "
+          f"load {os.getloadavg()[0]:.2f} at the end")
     print(f"{'workload':22} {'thr':>3} {'B/record':>9} {'records/s':>22} {'MiB/s in':>9} "
-          f"{'MiB/s out':>9}")
+          f"{'MiB/s out':>9} {'cpu us/rec':>10}")
     for name in args.workloads:
         _, batches, enc_bytes = data[name]
         c, h, w = WORKLOADS[name][3]
@@ -118,7 +125,8 @@ def main(argv=None):
             med = statistics.median(v)
             print(f"{name:22} {th:>3} {enc_bytes:>9.0f} "
                   f"{med:>10.0f} ({min(v):.0f}-{max(v):.0f})".ljust(60)
-                  + f"{med * enc_bytes / 2**20:>9.1f} {med * c * h * w * 4 / 2**20:>9.1f}")
+                  + f"{med * enc_bytes / 2**20:>9.1f} {med * c * h * w * 4 / 2**20:>9.1f}"
+                  f" {statistics.median(cpu[name, th]):>10.1f}")
     return 0
 
 

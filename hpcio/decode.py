@@ -56,13 +56,15 @@ def _open(buf, record):
     return img
 
 
-def decode_images(data, offsets, lo, hi, out, size=None, ids=None):
-    """Decode records ``lo:hi`` of a batch into ``out`` ((hi-lo, H, W, C) uint8).
+def decode_images(data, offsets, lo, hi, out, ids=None, other=None):
+    """Decode records ``lo:hi`` of a batch into ``out`` ((hi-lo, H, W, C) uint8), each
+    converted to ``out``'s channel count (Pillow modes L / RGB).
 
-    Each picture is converted to ``out``'s channel count and, with ``size=(H, W)``,
-    resized bilinearly (with Pillow's antialiasing when shrinking); without ``size`` a
-    picture of another size than ``out`` is bad data. Channel conversion runs on the
-    smaller of the two pictures (before an enlargement, after a reduction).
+    A picture of another size than ``out`` is bad data, unless ``other=(H', W')`` is
+    given: then it is resized alone (bilinear, antialiased when shrinking) to that size
+    and returned in a dict {position in the chunk: (H', W', C) array}. That is how a
+    folder of pictures of mixed sizes is handled; pictures of the expected size are left
+    for one resize of the whole chunk.
     """
     from PIL import Image
     _, h, w, c = out.shape
@@ -70,21 +72,21 @@ def decode_images(data, offsets, lo, hi, out, size=None, ids=None):
     if mode is None:
         raise HpcioError(f"images need 1 or 3 channels, not {c}", everywhere=True)
     data = np.asarray(data)
+    odd = {}
     for k in range(lo, hi):
         rec = int(ids[k]) if ids is not None else k
         img = _open(data[offsets[k]:offsets[k + 1]], rec)
-        if img.size != (w, h):
-            if size is None:
-                raise HpcioError(f"record {rec}: picture is {img.size[1]}x{img.size[0]}, "
-                                 f"the manifest says {h}x{w}")
-            shrink = img.size[0] * img.size[1] > w * h
-            if shrink and img.mode != mode:
-                img = img.convert(mode)
-            img = img.resize((w, h), Image.BILINEAR)
         if img.mode != mode:
             img = img.convert(mode)
-        out[k - lo] = np.asarray(img).reshape(h, w, c)
-    return out
+        if img.size == (w, h):
+            out[k - lo] = np.asarray(img).reshape(h, w, c)
+        elif other is None:
+            raise HpcioError(f"record {rec}: picture is {img.size[1]}x{img.size[0]}, "
+                             f"the manifest says {h}x{w}")
+        else:
+            img = img.resize((other[1], other[0]), Image.BILINEAR)
+            odd[k - lo] = np.array(img).reshape(other[0], other[1], c)
+    return odd
 
 
 def _decode_raw(batch, shape):
@@ -93,7 +95,8 @@ def _decode_raw(batch, shape):
 
 def _decode_image(batch, shape):
     out = np.empty((len(batch),) + tuple(shape), dtype=np.uint8)
-    return decode_images(batch.data, batch.offsets, 0, len(batch), out, ids=batch.ids)
+    decode_images(batch.data, batch.offsets, 0, len(batch), out, ids=batch.ids)
+    return out
 
 
 DECODERS = {"raw": _decode_raw, "png": _decode_image, "jpeg": _decode_image}

@@ -155,6 +155,23 @@ def test_raw_and_png_resize_agree():
     assert float((res["raw"] - res["png"]).abs().mean()) < 2 / 255
 
 
+def test_pictures_of_mixed_sizes():
+    """A folder of pictures of several sizes: each is resized to the model's input."""
+    shape = (40, 36, 3)
+    px = pictures(4, *shape)
+    odd = pictures(2, 50, 64, 3, seed=1)
+    recs = encode(px, "png")
+    recs[1:3] = encode(odd, "png")
+    with Pipeline(manifest("png", shape), (3, 32, 32), augment=False, mean=0, std=1) as p:
+        x = one(p, batch(recs)).x
+    for k, img in ((0, px[0]), (1, odd[0]), (2, odd[1]), (3, px[3])):
+        ref = Image.fromarray(img).resize((32, 32), Image.BILINEAR)
+        want = torch.from_numpy(np.asarray(ref)).permute(2, 0, 1).float() / 255
+        assert float((x[k] - want).abs().max()) <= 1.01 / 255
+    with pytest.raises(HpcioError, match="record 1: picture is 50x64"):
+        decode_records(batch(recs), manifest("png", shape))
+
+
 def test_gray_to_rgb_and_back():
     px = pictures(3, 16, 16, 3)
     for enc in ("raw", "png"):
