@@ -17,7 +17,11 @@ before the consumer has asked for batch ``j - prefetch`` (a semaphore, released 
 
 Raw records are converted over the whole chunk at once (one reshape of the buffer, torch
 for the resize and arithmetic): no Python runs per sample. PNG/JPEG are decoded per
-picture in Pillow, which releases the GIL, so the workers decode in parallel.
+picture in Pillow, which releases the GIL, so the workers decode in parallel; the decoded
+chunk is then resized in one torch call on uint8 (its vectorised channels-last kernel:
+Pillow's bilinear filter within a grey level). Measured here, CPU per 256x256 RGB picture
+to 227x227: 115 us this way, 630-720 us with Pillow picture by picture, 800-1470 us on
+floats.
 
 Timestamps are ``time.perf_counter()`` taken in the thread where the event happens (one
 clock for all threads), so a consumer can split its own wait into fetch and prep.
@@ -245,8 +249,9 @@ class Pipeline:
     ``prefetch`` batches of read-ahead (>= 0). ``augment``: random brightness (+-
     ``brightness``) and clip; ``seed``: its generator is seeded with (seed, epoch, step),
     so a step's deltas are reproducible (pass a rank-dependent seed for distinct ranks).
-    ``mean``/``std`` (scalars or per channel) normalise the [0, 1] pixels; ``mean=0,
-    std=1`` leaves them in [0, 1]. ``classes`` (default: the manifest's) bounds the labels.
+    ``mean``/``std`` (scalars or per channel) normalise the [0, 1] pixels (the default
+    maps them to [-1, 1], neutral for synthetic data); ``mean=0, std=1`` leaves them in
+    [0, 1]. ``classes`` (default: the manifest's) bounds the labels.
     ``pin_memory`` allocates page-locked tensors when CUDA is present.
     """
 
@@ -384,7 +389,7 @@ class Pipeline:
         the model's input, convert its channels, and write it into float ``xs`` in
         0..255. The resize runs on uint8 (torch's vectorised channels-last kernel,
         bilinear, antialiased when shrinking: the filter Pillow uses, within one grey
-        level, and an order of magnitude faster than on floats)."""
+        level, and 7-13x less CPU than on floats)."""
         c, h, w = self.input_shape
         if tuple(t.shape[2:]) != (h, w):
             t = F.interpolate(t, size=(h, w), mode="bilinear", align_corners=False,
