@@ -166,7 +166,7 @@ def test_pictures_of_mixed_sizes():
         x = one(p, batch(recs)).x
     for k, img in ((0, px[0]), (1, odd[0]), (2, odd[1]), (3, px[3])):
         ref = Image.fromarray(img).resize((32, 32), Image.BILINEAR)
-        want = torch.from_numpy(np.asarray(ref)).permute(2, 0, 1).float() / 255
+        want = torch.from_numpy(np.array(ref)).permute(2, 0, 1).float() / 255
         assert float((x[k] - want).abs().max()) <= 1.01 / 255
     with pytest.raises(HpcioError, match="record 1: picture is 50x64"):
         decode_records(batch(recs), manifest("png", shape))
