@@ -73,9 +73,12 @@ def pick_device(world, want="auto"):
     """``cuda:<local rank mod GPUs>`` when a GPU is there (and wanted), else CPU."""
     import torch
     have = torch.cuda.is_available()
-    if want == "cuda" and not have:
-        raise HpcioError("--device cuda: no CUDA device visible on "
-                         f"{world.hostname}", everywhere=False)
+    missing = 1 if want == "cuda" and not have else 0
+    if world.comm is not None and world.size > 1:
+        missing = world.comm.allreduce(missing)  # one message, not one per rank
+    if missing:
+        raise HpcioError(f"--device cuda: no CUDA device visible to {missing} of "
+                         f"{world.size} rank(s)", everywhere=True)
     if want == "cpu" or not have:
         return torch.device("cpu")
     dev = torch.device("cuda", world.local_rank % torch.cuda.device_count())

@@ -33,6 +33,9 @@ __all__ = ["build_parser", "parse_args", "main", "Step", "torch_threads"]
 MODEL_NAMES = ("lenet", "cifar-quick", "caffenet", "resnet50", "emulate")
 READER_NAMES = ("naive", "coordinated", "memory")
 _now = time.perf_counter
+# GIL hand-over interval (Python default 5 ms): the training thread must get the GIL
+# back promptly after a sleep or a kernel, or loader threads inflate its compute time
+SWITCH_INTERVAL = float(os.environ.get("HPCIO_SWITCH_INTERVAL", "0.0005"))
 
 
 def _int(least):
@@ -67,10 +70,19 @@ def _positive(v):
     return f
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows defaults, except where there is none to show (None, [], flags)."""
+
+    def _get_help_string(self, action):
+        if action.default in (None, [], False) or action.option_strings == ["--independent"]:
+            return action.help
+        return super()._get_help_string(action)
+
+
 def build_parser():
     """The command line (also the schema of ``--config`` files)."""
     p = ArgumentParser(
-        prog="python -m hpcio.train",
+        prog="python -m hpcio.train", formatter_class=_Help,
         description="Data-parallel training on MPI ranks with per-step stall accounting: "
                     "how long training waits for data, and why.",
         epilog="Results: a run directory with config.yaml, env.json, rank-<r>.npz/json, "
@@ -93,7 +105,7 @@ def build_parser():
                    help="batches the reader keeps in flight (reader's default if unset)")
     g.add_argument("--collective", dest="collective", action="store_true", default=None,
                    help="collective MPI-IO reads (coordinated reader)")
-    g.add_argument("--independent", dest="collective", action="store_false",
+    g.add_argument("--independent", dest="collective", action="store_false", default=None,
                    help="independent MPI-IO reads (coordinated reader)")
     g = p.add_argument_group("model")
     g.add_argument("--model", default="lenet", choices=MODEL_NAMES,
@@ -109,12 +121,13 @@ def build_parser():
     g.add_argument("--momentum", type=_seconds, default=0.9, help="SGD momentum")
     g = p.add_argument_group("training")
     g.add_argument("--batch", type=_int(1), default=64, help="samples per rank per step")
-    g.add_argument("--epochs", type=_int(1), default=1)
+    g.add_argument("--epochs", type=_int(1), default=1, help="passes over the data")
     g.add_argument("--steps", type=_int(1), default=None, metavar="N",
                    help="at most N steps per epoch (default: the whole epoch)")
     g.add_argument("--shuffle", default="global", choices=("none", "global", "chunk"),
                    help="sample order of each epoch (see hpcio/plan.py)")
-    g.add_argument("--seed", type=_int(0), default=0)
+    g.add_argument("--seed", type=_int(0), default=0,
+                   help="seeds the sample order, augmentation and compute-time draws")
     g.add_argument("--drop-last", action=argparse.BooleanOptionalAction, default=True,
                    help="drop the records that do not fill a last full step")
     g.add_argument("--checkpoint-every", type=_int(0), default=0, metavar="N",
@@ -346,6 +359,7 @@ def main(argv=None):
     threads = torch_threads(world, args.torch_threads)
     torch.set_num_threads(threads)
     torch.manual_seed(args.seed)
+    sys.setswitchinterval(SWITCH_INTERVAL)
 
     # ---- checks before anything heavy: flags, data, model vs data, batch vs records ----
     device = pick_device(world, args.device)
@@ -416,7 +430,7 @@ def main(argv=None):
                                        epoch=epoch, seed=args.seed, shuffle=args.shuffle,
                                        drop_last=args.drop_last), args.steps)
             before = metrics.counters(reader)
-            it = pipe.run(reader.epoch(plan))
+            it = pipe.run(reader.epoch(plan), epoch=epoch)
             t_start = _now()
             t0 = t_start
             done = 0
@@ -482,7 +496,8 @@ def main(argv=None):
         "reader_stats": _jsonable(reader.stats.as_dict()), "summary": rsum,
         "samples": sampler.as_dict()})
     gathered = comm.gather((rsum, checkpoints, sampler.disk_read_end -
-                            sampler.disk_read_start, world.local_rank), root=0)
+                            sampler.disk_read_start, world.local_rank, stop.signum),
+                           root=0)
     reader.close()
     pipe.close()
     dist.close()
@@ -513,7 +528,8 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         figures = metrics.summarize(per_rank)
     summary = {
         "cut_short": bool(cut),
-        "signal": stop.signum,
+        "signal": next((g[4] for g in gathered if g[4]), None),
+        "signalled_ranks": [r for r, g in enumerate(gathered) if g[4]],
         "reader": args.reader, "model": args.model, "ranks": world.size,
         "nodes": world.nodes, "batch": args.batch, "epochs_requested": args.epochs,
         "epochs_run": len(epochs), "steps_per_epoch": steps_per_epoch,
@@ -531,8 +547,9 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
                                            if ckpts else None)},
     }
     title = (f"hpcio.train: {args.model} on {world.size} rank(s), reader {args.reader}, "
-             f"cache {args.cache}, batch {args.batch}, {len(epochs)} epoch(s) x "
-             f"{steps_per_epoch} steps" + ("  [CUT SHORT by signal]" if cut else ""))
+             f"cache {args.cache}, batch {args.batch}, {len(epochs)} of {args.epochs} "
+             f"epoch(s) x {steps_per_epoch} steps" + ("  [CUT SHORT by signal]" if cut
+                                                       else ""))
     if figures is None:
         text = title + "\n  no step completed"
     else:
