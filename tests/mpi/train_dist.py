@@ -1,0 +1,44 @@
+"""Run under mpiexec: ranks, devices, DDP gradients and the stop vote; prints one JSON
+line per rank for tests/test_dist.py."""
+
+import json
+import sys
+
+import torch
+from mpi4py import MPI
+
+from hpcio.dist import init_world, make_dist, pick_device
+from hpcio.results import StopVote
+
+
+def main(backend):
+    world = init_world()
+    device = pick_device(world, "cpu")
+    dist = make_dist(backend, world, device)
+    torch.manual_seed(0)  # same initial weights on every rank
+    model = torch.nn.Linear(3, 1, bias=False)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, opt = dist.wrap(model, opt)
+    x = torch.full((2, 3), float(world.rank + 1))  # different data on every rank
+    model(x).sum().backward()
+    grad = (model.module if hasattr(model, "module") else model).weight.grad
+    # the stop vote: only the last rank raises its flag, at step 5; all must stop together
+    vote = StopVote(world.comm, lag=2)
+    stopped = None
+    for step in range(50):
+        if vote.poll(world.rank == world.size - 1 and step >= 5):
+            stopped = step
+            break
+    settle = vote.settle(False)
+    vote.close()
+    dist.close()
+    print(json.dumps({"rank": world.rank, "size": world.size,
+                      "local_rank": world.local_rank, "local_size": world.local_size,
+                      "nodes": world.nodes, "node": world.node, "device": str(device),
+                      "grad": grad.tolist(), "stopped": stopped, "settle": settle}),
+          flush=True)
+    MPI.COMM_WORLD.Barrier()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "torch")

@@ -1,0 +1,178 @@
+"""Step accounting, counters, sampler, summary figures, emulated compute, results files."""
+
+import json
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from hpcio.emulate import DISTRIBUTIONS, ComputeTime, EmulatedModel
+from hpcio.errors import HpcioError
+from hpcio.metrics import (COMPONENTS, STEP_FIELDS, Sampler, StepLog, counters, delta,
+                           format_table, proc_io, rank_summary, split_stall, summarize)
+from hpcio.results import RunDir, StopFlag, StopVote, readahead_kb
+
+
+def test_split_stall_overlaps():
+    # batch fetched [1, 3], prepared [3, 4]; the trainer waited [2, 5]
+    assert split_stall(2, 5, 1, 3, 4) == (1, 1, 1)
+    # it was ready before the wait began: all of the (short) wait is hand-over
+    assert split_stall(10, 10.5, 1, 3, 4) == (0, 0, 0.5)
+    # waited through the whole fetch and prep
+    f, p, o = split_stall(0, 10, 1, 3, 4)
+    assert (f, p, o) == (2, 1, 7) and f + p + o == 10
+
+
+def test_steplog_components_add_up_and_grows():
+    log = StepLog(2, origin=100.0)
+    t = 100.0
+    for s in range(5):  # more than its capacity: it grows (off the usual path)
+        st = [t + s + k * 0.1 for k in range(6)]
+        log.add(0, s, *st, st[0] - 0.5, st[0] + 0.05, st[0] + 0.08, records=4, nbytes=40)
+    a = log.arrays()
+    assert set(a) == set(STEP_FIELDS) and len(a["wall"]) == 5
+    np.testing.assert_allclose(sum(a[c] for c in COMPONENTS), a["wall"])
+    np.testing.assert_allclose(a["wall"], 0.5)
+    np.testing.assert_allclose(a["fetch"], 0.05)
+    np.testing.assert_allclose(a["prep"], 0.03)
+    np.testing.assert_allclose(a["t0"], np.arange(5))
+    assert a["records"].dtype == np.int64 and a["nbytes"].sum() == 200
+
+
+def _arrays(walls, computes, steps, epochs, records=8, nbytes=800):
+    n = len(walls)
+    a = {f: np.zeros(n) for f in STEP_FIELDS}
+    a["wall"], a["compute"] = np.asarray(walls, float), np.asarray(computes, float)
+    a["stall_other"] = a["wall"] - a["compute"]
+    a["step"], a["epoch"] = np.asarray(steps), np.asarray(epochs)
+    a["records"], a["nbytes"] = np.full(n, records), np.full(n, nbytes)
+    return a
+
+
+def test_au_excludes_first_step_of_each_epoch():
+    # first steps are slow (pipeline start-up); the rest run at 80% compute
+    a = _arrays([5, 1, 1, 5, 1, 1], [0.5, .8, .8, 0.5, .8, .8], [0, 1, 2, 0, 1, 2],
+                [0, 0, 0, 1, 1, 1])
+    r = rank_summary(a)
+    assert r["au_excludes_first_step"] and r["steps_measured"] == 4
+    assert r["au"] == pytest.approx(0.8)
+    assert r["epoch_time"] == pytest.approx(14)
+    assert [e["au"] for e in r["epochs"]] == pytest.approx([0.8, 0.8])
+    # epochs of one step: nothing would be left, so every step counts (and it says so)
+    one = rank_summary(_arrays([2, 2], [1, 1], [0, 0], [0, 1]))
+    assert not one["au_excludes_first_step"] and one["au"] == pytest.approx(0.5)
+
+
+def test_summarize_across_ranks():
+    fast = rank_summary(_arrays([9, 1, 1], [0, .9, .9], [0, 1, 2], [0, 0, 0]))
+    slow = rank_summary(_arrays([9, 2, 2], [0, .9, .9], [0, 1, 2], [0, 0, 0]))
+    s = summarize([fast, slow])
+    assert s["au_percent"] == pytest.approx(100 * (0.9 + 0.45) / 2)
+    assert s["au_percent_min"] == pytest.approx(45) and s["au_percent_max"] == pytest.approx(90)
+    # each rank's rate over its measured steps, summed (DLIO's throughput)
+    assert s["samples_per_s"] == pytest.approx(16 / 2 + 16 / 4)
+    assert s["mib_per_s"] == pytest.approx((1600 / 2 + 1600 / 4) / 2 ** 20)
+    # stall = wall - compute here, over both ranks' measured steps
+    assert s["stall_percent"] == pytest.approx(100 * (6 - 3.6) / 6)
+    assert s["stall_percent"] + s["compute_percent"] == pytest.approx(100)
+    assert (s["slowest_rank"], s["fastest_rank"]) == (1, 0)
+    assert s["slowest_over_fastest"] == pytest.approx(13 / 11)
+    assert s["records"] == 48
+    text = format_table(s, "title")
+    assert "AU %" in text and "first step of each epoch excluded" in text and "rank 1" in text
+
+
+def test_counters_and_delta():
+    a = counters()
+    with open(__file__, "rb") as f:
+        f.read()
+    x = np.ones(4 << 20, dtype=np.uint8)  # 4 MiB touched: page faults
+    b = counters()
+    d = delta(a, b)
+    assert d["io"]["rchar"] >= os.path.getsize(__file__)
+    assert d["rusage"]["minflt"] > 0 and d["rusage"]["utime"] >= 0
+    assert d["rusage"]["maxrss_kib"] == b["rusage"]["maxrss_kib"]  # a level, not a count
+    assert set(proc_io()) >= {"rchar", "read_bytes"}
+    del x
+
+
+def test_sampler_takes_real_samples(tmp_path):
+    s = Sampler(interval=0.05, data_path=str(tmp_path))
+    s.start()
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.3:  # keep a core busy
+        pass
+    s.stop()
+    d = s.as_dict()
+    assert len(d["t"]) >= 3 and d["interval_s"] == 0.05
+    for k in ("cpu_user", "cpu_system", "cpu_iowait", "cpu_idle"):
+        assert all(0 <= v <= 1 for v in d[k]), k
+    assert max(d["cpu_user"]) > 0
+    assert all(v > 0 for v in d["rss_bytes"])
+    assert all(v is None for v in d["gpu_util"])  # no GPU here: fields present, empty
+    assert d["disk_read_bytes_total"] >= 0 and isinstance(d["disks"], list)
+    json.dumps(d)
+
+
+@pytest.mark.parametrize("dist", list(DISTRIBUTIONS))
+def test_compute_time_distributions(dist):
+    std = 0.0 if dist == "fixed" else 0.002
+    ct = ComputeTime(0.01, std, dist, seed=1, rank=0, block=1000)
+    x = np.array([ct.draw() for _ in range(5000)])  # crosses block boundaries
+    assert (x >= 0).all()
+    assert x.mean() == pytest.approx(0.01, rel=0.02)
+    assert x.std() == pytest.approx(std, rel=0.1, abs=1e-12)
+    again = ComputeTime(0.01, std, dist, seed=1, rank=0, block=1000)
+    assert [again.draw() for _ in range(10)] == list(x[:10])  # seeded
+    if dist != "fixed":
+        other = ComputeTime(0.01, std, dist, seed=1, rank=1)
+        assert [other.draw() for _ in range(10)] != list(x[:10])  # ranks differ
+
+
+def test_compute_time_rejects_bad_values():
+    with pytest.raises(HpcioError):
+        ComputeTime(-1)
+    with pytest.raises(HpcioError):
+        ComputeTime(0.1, dist="gamma")
+    # a wide normal is clipped at 0, never negative
+    ct = ComputeTime(0.001, 0.01, "normal")
+    assert min(ct.draw() for _ in range(1000)) == 0.0
+
+
+def test_emulated_model_sleeps_its_draw():
+    m = EmulatedModel(ComputeTime(0.02))
+    t = time.perf_counter()
+    assert m.step() == 0.02
+    assert 0.02 <= time.perf_counter() - t < 0.05
+    assert sum(p.numel() for p in m.parameters()) == 1
+
+
+def test_rundir_atomic_files_and_refuses_to_overwrite(tmp_path):
+    run = RunDir.create(tmp_path / "r")
+    run.json("a.json", {"x": np.int64(3), "y": np.arange(2)})
+    run.yaml("c.yaml", {"k": [1, 2]})
+    run.npz("d.npz", {"w": np.ones(3)})
+    run.text("e.txt", "hi\n")
+    assert json.load(open(run.file("a.json"))) == {"x": 3, "y": [0, 1]}
+    assert np.load(run.file("d.npz"))["w"].sum() == 3
+    assert sorted(os.listdir(run.path)) == ["a.json", "c.yaml", "d.npz", "e.txt"]
+    with pytest.raises(HpcioError, match="not empty"):
+        RunDir.create(tmp_path / "r")
+    assert readahead_kb(str(tmp_path)) is None or readahead_kb(str(tmp_path)) >= 0
+
+
+def test_stopflag_and_single_rank_vote():
+    flag = StopFlag()
+    try:
+        assert not flag
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.01)
+        assert flag and flag.signum == signal.SIGTERM
+    finally:
+        flag.restore()
+    vote = StopVote(None)
+    assert vote.poll(False) is False and vote.poll(True) is True
+    assert vote.settle(False) is False
+    vote.close()
