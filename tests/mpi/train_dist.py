@@ -1,5 +1,5 @@
-"""Run under mpiexec: ranks, devices, DDP gradients and the stop vote; prints one JSON
-line per rank for tests/test_dist.py."""
+"""Run under mpiexec: ranks, devices, DDP gradients and the stop vote; rank 0 prints every
+rank's findings as one JSON line for tests/test_dist.py."""
 
 import json
 import sys
@@ -32,12 +32,13 @@ def main(backend):
     settle = vote.settle(False)
     vote.close()
     dist.close()
-    print(json.dumps({"rank": world.rank, "size": world.size,
-                      "local_rank": world.local_rank, "local_size": world.local_size,
-                      "nodes": world.nodes, "node": world.node, "device": str(device),
-                      "grad": grad.tolist(), "stopped": stopped, "settle": settle}),
-          flush=True)
-    MPI.COMM_WORLD.Barrier()
+    mine = {"rank": world.rank, "size": world.size, "local_rank": world.local_rank,
+            "local_size": world.local_size, "nodes": world.nodes, "node": world.node,
+            "device": str(device), "grad": grad.tolist(), "stopped": stopped,
+            "settle": settle}
+    everyone = MPI.COMM_WORLD.gather(mine, root=0)  # one line: ranks' output may interleave
+    if world.rank == 0:
+        print(json.dumps(everyone), flush=True)
 
 
 if __name__ == "__main__":
