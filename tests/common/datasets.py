@@ -2,6 +2,7 @@
 
 import os
 
+from hpcio.dataset import is_dataset, open_dataset
 from hpcio.datagen import generate
 from hpcio.formats import FORMATS
 from hpcio.images import ENCODINGS
@@ -18,6 +19,8 @@ def make_dataset(tmpdir, format, encoding, preset="mnist", records=64, shards=2,
     name = f"{preset}-{format}-{encoding}-{records}-{shards}-{seed}" + "".join(
         f"-{k}{v}" for k, v in sorted(kw.items()))
     out = os.path.join(str(tmpdir), name)
+    if is_dataset(out):
+        return open_dataset(out)
     return generate(out, preset=preset, records=records, format=format, encoding=encoding,
                     shards=shards, seed=seed, force=True, **kw)
 
