@@ -36,6 +36,7 @@ def _end(code, comm, size):
     sys.stdout.flush()
     sys.stderr.flush()
     if comm is not None and size > 1:
+        time.sleep(0.5)  # let the launcher forward the message before the abort kills us
         comm.Abort(code)
     os._exit(code)
 
