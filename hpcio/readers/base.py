@@ -45,6 +45,8 @@ class ReaderStats:
     calls      read calls issued (MPI-IO reads, os.pread, library gets, file opens+reads)
     io_s       seconds spent inside those calls (on any thread of the reader)
     wait_s     seconds the consumer was blocked waiting for a batch
+    load_s     seconds spent loading data before the first batch (the memory reader's
+               up-front read of the whole dataset; 0 for streaming readers)
     minflt/majflt  page faults during the epoch (getrusage, whole process): memory-mapped
                reads show up only here, not in Darshan nor /proc/self/io
     """
@@ -56,9 +58,16 @@ class ReaderStats:
     batches: int = 0
     io_s: float = 0.0
     wait_s: float = 0.0
+    load_s: float = 0.0
     minflt: int = 0
     majflt: int = 0
     extra: dict = field(default_factory=dict)
+
+    def reset(self):
+        """Zero the counters (e.g. between benchmark repeats); ``extra`` is kept."""
+        for f in fields(self):
+            if f.name != "extra":
+                setattr(self, f.name, f.default)
 
     def as_dict(self):
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}

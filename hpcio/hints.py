@@ -1,0 +1,49 @@
+"""ROMIO / MPI-IO hints from the command line: ``--hint cb_nodes=2 --hint romio_cb_read=enable``.
+
+The hints that matter for reading (ROMIO): ``romio_cb_read`` (enable/disable/automatic
+two-phase collective reads), ``cb_nodes`` (number of aggregators), ``cb_config_list``
+(aggregators per host: ROMIO's default ``*:1`` makes one rank per node read everything and
+ship it to the others; ``*:*`` lets every rank aggregate), ``cb_buffer_size`` (bytes an
+aggregator reads per round), ``romio_ds_read`` (data sieving for independent
+noncontiguous reads) and ``ind_rd_buffer_size`` (its buffer).
+"""
+
+from .errors import HpcioError
+
+__all__ = ["parse_hints", "mpi_info", "file_hints"]
+
+
+def parse_hints(items):
+    """``["k=v", ...]`` (or a dict) -> ``{k: v}`` of strings; a malformed item is an error."""
+    if not items:
+        return {}
+    if isinstance(items, dict):
+        return {str(k): str(v) for k, v in items.items()}
+    out = {}
+    for it in items:
+        k, sep, v = str(it).partition("=")
+        if not sep or not k.strip() or not v.strip():
+            raise HpcioError(f"hint {it!r} is not of the form key=value", everywhere=True)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def mpi_info(hints):
+    """An ``MPI.Info`` holding ``hints`` (``MPI.INFO_NULL`` when empty); free it after use."""
+    from mpi4py import MPI
+    if not hints:
+        return MPI.INFO_NULL
+    info = MPI.Info.Create()
+    for k, v in hints.items():
+        info.Set(k, v)
+    return info
+
+
+def file_hints(fh, keys=None):
+    """The hints an open ``MPI.File`` really uses (ROMIO fills in its defaults)."""
+    info = fh.Get_info()
+    try:
+        names = [info.Get_nthkey(i) for i in range(info.Get_nkeys())]
+        return {k: info.Get(k) for k in names if keys is None or k in keys}
+    finally:
+        info.Free()

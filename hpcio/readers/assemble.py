@@ -1,0 +1,89 @@
+"""Vectorised batch assembly: record layout, run merging, and gathers from a big buffer.
+
+Measured on the 2-core VM (copies from RAM into a page-aligned buffer):
+
+* equal-length records (MNIST, 784 B): one fancy index over a strided 2-D view of the
+  source, 4.4-4.7 M records/s (3.5 GB/s); a Python loop of slice copies: 0.9 M records/s;
+* variable-length records of ~110 KB: a Python loop over *runs* (each copy >= 16 KiB)
+  14 GB/s, because per-iteration cost (~1 us) is small beside the memcpy; the vectorised
+  chunked copy (records split into fixed-size chunks, one fancy index) 3.7-4.2 GB/s.
+
+So :func:`gather` uses one numpy operation for small records and a loop over merged runs
+only when every iteration moves at least ``BIG_RUN`` bytes: the loop is then memcpy-bound,
+not Python-bound.
+"""
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+__all__ = ["layout", "merge_runs", "gather", "BIG_RUN"]
+
+BIG_RUN = 16 << 10
+CHUNK = 16 << 10
+
+
+def layout(lengths):
+    """Offsets (``len + 1``, int64) of records laid end to end in one buffer."""
+    off = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=off[1:])
+    return off
+
+
+def merge_runs(src, dst, length):
+    """Merge records that are adjacent both in the source and the destination into runs.
+
+    ``src``, ``dst``, ``length``: int64 arrays in copy order. Returns ``(src, dst, length)``
+    of the runs (a record of length 0 never breaks a run)."""
+    n = len(src)
+    if n == 0:
+        return src, dst, length
+    brk = np.empty(n, dtype=bool)
+    brk[0] = True
+    brk[1:] = (src[1:] != src[:-1] + length[:-1]) | (dst[1:] != dst[:-1] + length[:-1])
+    starts = np.flatnonzero(brk)
+    ends = np.append(starts[1:], n)
+    end_bytes = layout(length)
+    return src[starts], dst[starts], end_bytes[ends] - end_bytes[starts]
+
+
+def _chunked(src, out, s, d, ln):
+    """Copy records ``(s, d, ln)`` with one fancy index: each record is cut into ``C``-byte
+    chunks, the last one shifted back to end at the record's end (it overlaps the one
+    before it; overlapping bytes are written twice with the same value)."""
+    keep = ln > 0
+    s, d, ln = s[keep], d[keep], ln[keep]
+    if not len(ln):
+        return
+    c = int(min(CHUNK, ln.min()))
+    nch = -(-ln // c)
+    rec = np.repeat(np.arange(len(ln)), nch)
+    j = np.arange(len(rec)) - np.repeat(np.cumsum(nch) - nch, nch)
+    within = np.minimum(j * c, ln[rec] - c)
+    v = np.dtype((np.void, c))
+    sv = np.ndarray((len(src) - c + 1,), dtype=v, buffer=src, strides=(1,))
+    dv = np.ndarray((len(out) - c + 1,), dtype=v, buffer=out, strides=(1,))
+    dv[d[rec] + within] = sv[s[rec] + within]
+
+
+def gather(src, starts, lengths, out):
+    """Copy records ``src[starts[k]:starts[k]+lengths[k]]`` end to end into ``out``
+    (uint8, large enough); returns their offsets in ``out`` (``len + 1``)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    off = layout(lengths)
+    n = len(lengths)
+    if n == 0:
+        return off
+    s, d, ln = merge_runs(starts, off[:-1], lengths)
+    if len(ln) == 1:
+        out[d[0]:d[0] + ln[0]] = src[s[0]:s[0] + ln[0]]
+    elif ln.min() >= BIG_RUN:
+        for a, b, k in zip(s.tolist(), d.tolist(), ln.tolist()):
+            out[b:b + k] = src[a:a + k]
+    elif lengths.min() == lengths.max() and lengths[0] > 0:
+        L = int(lengths[0])
+        rows = as_strided(src, shape=(len(src) - L + 1, L), strides=(1, 1))
+        out[:n * L].reshape(n, L)[:] = rows[starts]
+    else:
+        _chunked(src, out, s, d, ln)
+    return off

@@ -1,0 +1,456 @@
+"""The coordinated reader: ranks cooperate, read with MPI-IO over the index, and prefetch.
+
+What it does differently from the naive reader:
+
+* **Metadata once.** The dataset's manifest and index (and so every file name and record
+  offset) come from :func:`hpcio.dataset.open_dataset`, read by rank 0 and broadcast; no
+  rank lists a directory or opens the format's library.
+* **Large collective reads.** The plan says in advance which records a rank needs.
+  Consecutive steps are grouped into *requests* of about ``group_bytes`` per rank. For each
+  request and each file, a rank's records are sorted by offset, neighbours merged into
+  runs, and read with one ``MPI_File_read_at_all`` through an hindexed file view; an
+  hindexed *memory* type drops every record straight into its place in plan order, so no
+  copy follows. ROMIO's two-phase I/O sees the union of all ranks' requests and reads it
+  in large contiguous pieces (set ``cb_config_list=*:*`` to let every rank aggregate on one
+  node). Every rank joins every collective on a file some rank needs (with zero bytes if it
+  needs none): which files each request touches is agreed once per epoch (one allreduce).
+  ``collective=False`` reads the same views independently (``MPI_File_read_at``).
+* **Prefetch.** ``prefetch`` requests are in flight while the current one is consumed:
+  ``mechanism="thread"`` (default) runs all reads on one I/O thread (MPI is initialised with
+  ``MPI_THREAD_MULTIPLE``; the reader works on its own duplicate communicator), blocking
+  calls release the GIL; ``mechanism="nonblocking"`` issues ``MPI_File_iread_at_all`` from the
+  consumer's thread (one file handle per ring slot, since a view must not change under a
+  pending operation); ``mechanism="sync"`` reads each request when it is needed. Buffers
+  are a ring of ``prefetch + 1`` page-aligned requests; a batch's data is valid until the
+  consumer asks for the next batch of the following request.
+* **Image folders** (one file per record, or more than ``MAX_MPI_FILES`` files): opening an
+  MPI file per record would cost a collective open per sample, so each rank reads its own
+  records with ``open`` + ``preadv`` into place, on ``threads`` worker threads of the I/O
+  thread, the file names taken from the broadcast index (no rank lists the folders).
+
+LMDB and HDF5 files are read as bytes at the index offsets, never through their libraries.
+Stopping an epoch early must happen at the same batch on every rank (the reads already in
+flight are completed, so every rank leaves the collectives together).
+"""
+
+import os
+import queue
+import threading
+import time
+from collections import deque
+
+import numpy as np
+
+from ..errors import HpcioError
+from ..fsutil import aligned_empty
+from ..hints import mpi_info
+from .assemble import layout, merge_runs
+from .base import Batch, Reader, faults, register
+
+__all__ = ["CoordinatedReader", "MECHANISMS", "MAX_MPI_FILES"]
+
+MECHANISMS = ("thread", "nonblocking", "sync")
+MAX_MPI_FILES = 256
+_OK = object()
+
+
+def _mpi():
+    from mpi4py import MPI
+    return MPI
+
+
+class _Request:
+    """One group of consecutive steps: its record ids, their layout in the buffer."""
+
+    __slots__ = ("g", "lo", "hi", "ids", "off", "slot", "pending", "io_s", "t0")
+
+    def __init__(self, g, lo, hi, ids, off):
+        self.g, self.lo, self.hi, self.ids, self.off = g, lo, hi, ids, off
+        self.slot, self.pending, self.io_s, self.t0 = None, [], 0.0, 0.0
+
+
+@register
+class CoordinatedReader(Reader):
+    """Collective MPI-IO over the record index with prefetching (see the module docstring)."""
+
+    name = "coordinated"
+
+    def __init__(self, dataset, comm, prefetch=2, collective=True, hints=None,
+                 mechanism="thread", group_bytes=8 << 20, threads=4, **options):
+        super().__init__(dataset, comm, **options)
+        MPI = _mpi()
+        if mechanism not in MECHANISMS:
+            raise HpcioError(f"unknown prefetch mechanism {mechanism!r} (choose from "
+                             f"{', '.join(MECHANISMS)})", everywhere=True)
+        self.prefetch = max(0, int(prefetch))
+        self.collective = bool(collective)
+        self.hints = dict(hints or {})
+        self.group_bytes = int(group_bytes)
+        self.threads = max(1, int(threads))
+        idx = dataset.index
+        self.filewise = dataset.format == "images" or len(idx.files) > MAX_MPI_FILES
+        if self.filewise and mechanism == "nonblocking":
+            mechanism = "thread"  # no MPI files to issue nonblocking reads on
+        self.mechanism = mechanism
+        self.comm = (comm if comm is not None else MPI.COMM_SELF).Dup()
+        self._paths = dataset.paths
+        self._mean = max(1.0, dataset.nbytes() / max(1, dataset.records))
+        self._ring = [None] * (self.prefetch + 1)
+        self._fh = []
+        self._scratch = aligned_empty(1)
+        if not self.filewise:
+            self._open_files(MPI)
+        self.stats.extra.update(mechanism=self.mechanism, prefetch=self.prefetch,
+                                collective=self.collective, filewise=self.filewise,
+                                hints=dict(self.hints))
+
+    # ---- set-up -------------------------------------------------------------------
+    def _open_files(self, MPI):
+        fcomm = self.comm if self.collective else MPI.COMM_SELF
+        nh = self.prefetch + 1 if self.mechanism == "nonblocking" else 1
+        info = mpi_info(self.hints)
+        try:
+            for p in self._paths:
+                hs = []
+                for _ in range(nh):
+                    try:
+                        hs.append(MPI.File.Open(fcomm, p, MPI.MODE_RDONLY, info))
+                    except MPI.Exception as e:
+                        raise HpcioError(f"{p}: MPI-IO cannot open it "
+                                         f"({e.Get_error_string().strip()})",
+                                         everywhere=self.collective)
+                self._fh.append(hs)
+        finally:
+            if info != MPI.INFO_NULL:
+                info.Free()
+        if self._fh:
+            from ..hints import file_hints
+            self.stats.extra["romio"] = file_hints(self._fh[0][0], (
+                "romio_cb_read", "cb_nodes", "cb_config_list", "cb_buffer_size",
+                "romio_ds_read", "ind_rd_buffer_size"))
+
+    def _group_steps(self, batch):
+        """Steps per request: about ``group_bytes`` per rank (same on every rank: it
+        depends only on the batch size and the dataset's mean record size)."""
+        return max(1, int(self.group_bytes // (batch * self._mean)))
+
+    def _buffer(self, slot, nbytes):
+        buf = self._ring[slot]
+        if buf is None or len(buf) < nbytes:
+            buf = self._ring[slot] = aligned_empty(max(int(nbytes * 1.25), 4096))
+        return buf
+
+    # ---- the epoch ----------------------------------------------------------------
+    def _prepare(self, plan):
+        """Cut the plan into requests; agree (collectively) which files each touches."""
+        MPI = _mpi()
+        idx = self.ds.index
+        ids, B, S = plan.ids, plan.batch, plan.steps
+        G = self._group_steps(B)
+        ng = -(-S // G)
+        bounds = np.minimum(np.arange(ng + 1, dtype=np.int64) * G * B, len(ids))
+        reqs = []
+        for g in range(ng):
+            gi = ids[bounds[g]:bounds[g + 1]]
+            reqs.append(_Request(g, g * G, min(S, (g + 1) * G), gi, layout(idx.length[gi])))
+        nfiles = len(idx.files)
+        touched = np.zeros((ng, nfiles), dtype=np.uint8)
+        if len(ids):
+            touched[np.arange(len(ids)) // (G * B), idx.file[ids]] = 1
+        if self.collective and not self.filewise and self.comm.Get_size() > 1:
+            shape = np.array([ng, -ng, G, -G], dtype=np.int64)
+            self.comm.Allreduce(MPI.IN_PLACE, shape, op=MPI.MAX)
+            if shape[0] != -shape[1] or shape[2] != -shape[3]:
+                raise HpcioError("ranks execute plans of different lengths (every rank "
+                                 "must run the same epoch with the same batch size)")
+            self.comm.Allreduce(MPI.IN_PLACE, touched, op=MPI.MAX)
+        return reqs, touched.astype(bool)
+
+    def epoch(self, plan):
+        """Yield this rank's batches of ``plan``, in order, read ahead ``prefetch`` requests."""
+        reqs, touched = self._prepare(plan)
+        source = {"thread": self._thread_source, "nonblocking": self._nb_source,
+                  "sync": self._sync_source}[self.mechanism]
+        st, idx = self.stats, self.ds.index
+        f0 = faults()
+        gen = source(reqs, touched)
+        try:
+            while True:
+                t0 = time.perf_counter()
+                r = next(gen, None)
+                st.wait_s += time.perf_counter() - t0
+                if r is None:
+                    break
+                buf, off = self._ring[r.slot], r.off
+                B = plan.batch
+                for s in range(r.lo, r.hi):
+                    a = (s - r.lo) * B
+                    b = min(a + B, len(r.ids))
+                    sid = r.ids[a:b]
+                    o = off[a:b + 1] - off[a]
+                    batch = Batch(s, sid, buf[off[a]:off[b]], o, idx.label[sid],
+                                  fetch_s=r.io_s if s == r.lo else 0.0)
+                    st.bytes += int(o[-1])
+                    st.records += len(sid)
+                    st.batches += 1
+                    yield batch
+        finally:
+            gen.close()
+            f1 = faults()
+            st.minflt += f1[0] - f0[0]
+            st.majflt += f1[1] - f0[1]
+
+    # ---- sources: yield requests whose data is in self._ring[r.slot] ----------------
+    def _sync_source(self, reqs, touched):
+        for r in reqs:
+            r.slot = 0
+            self._read(r, touched[r.g], nonblocking=False)
+            yield r
+
+    def _thread_source(self, reqs, touched):
+        K = self.prefetch
+        free, ready = queue.Queue(), queue.Queue()
+        for k in range(K + 1):
+            free.put(k)
+        stop = [len(reqs)]
+
+        def work():
+            try:
+                for r in reqs:
+                    slot = free.get()
+                    if r.g >= stop[0]:
+                        break
+                    r.slot = slot
+                    self._read(r, touched[r.g], nonblocking=False)
+                    ready.put(r)
+                ready.put(_OK)
+            except BaseException as e:  # handed to the consumer, raised there
+                ready.put(e)
+
+        t = threading.Thread(target=work, name="hpcio-io", daemon=True)
+        t.start()
+        held, cur, done = None, -1, False
+        try:
+            while True:
+                if held is not None:  # the consumer asked for more: its buffer is free
+                    free.put(held)
+                    held = None
+                item = ready.get()
+                if item is _OK:
+                    done = True
+                    return
+                if isinstance(item, BaseException):
+                    done = True
+                    raise _translate(item)
+                held, cur = item.slot, item.g
+                yield item
+        finally:
+            if not done:
+                # early stop: every rank stopping at the same batch reads exactly the
+                # requests up to the end of the ring, so all leave the collectives together
+                stop[0] = min(len(reqs), cur + K + 1)
+                for _ in range(K + 2):
+                    free.put(0)
+            t.join()
+
+    def _nb_source(self, reqs, touched):
+        MPI = _mpi()
+        K = self.prefetch
+        inflight = deque()
+
+        def issue(r):
+            r.slot = r.g % (K + 1)
+            self._read(r, touched[r.g], nonblocking=True)
+            inflight.append(r)
+
+        n = len(reqs)
+        for r in reqs[:K]:
+            issue(r)
+        try:
+            for g in range(n):
+                if g + K < n:
+                    issue(reqs[g + K])
+                if not inflight or inflight[0].g != g:
+                    issue(reqs[g])
+                r = inflight.popleft()
+                self._complete(r, MPI)
+                yield r
+        finally:
+            while inflight:  # finish what was issued (the collectives must complete)
+                self._complete(inflight.popleft(), MPI)
+
+    # ---- the reads ----------------------------------------------------------------
+    def _read(self, r, files, nonblocking):
+        buf = self._buffer(r.slot, r.off[-1])
+        t0 = time.perf_counter()
+        r.t0 = t0
+        if self.filewise:
+            self._read_filewise(r, buf)
+        else:
+            self._read_mpi(r, files, buf, nonblocking)
+        if not nonblocking:
+            r.io_s = time.perf_counter() - t0
+            self.stats.io_s += r.io_s
+
+    def _complete(self, r, MPI):
+        t0 = time.perf_counter()
+        reqs = [q for q, _ in r.pending]
+        statuses = [MPI.Status() for _ in reqs]
+        if reqs:
+            MPI.Request.Waitall(reqs, statuses)
+        for (q, (want, types, fix)), s in zip(r.pending, statuses):
+            for t in types:
+                t.Free()
+            got = s.Get_count(MPI.BYTE)
+            if got != want:
+                raise HpcioError(f"MPI-IO read {got} of {want} bytes: a record lies beyond "
+                                 f"the end of its file (the index does not match the data)")
+            fix()
+        r.pending = []
+        now = time.perf_counter()
+        r.io_s = now - r.t0
+        self.stats.io_s += now - t0
+
+    def _read_mpi(self, r, files, buf, nonblocking):
+        MPI = _mpi()
+        idx = self.ds.index
+        ids = r.ids
+        fil = idx.file[ids]
+        fo = idx.offset[ids]
+        ln = idx.length[ids]
+        dst = r.off[:-1]
+        order = np.lexsort((fo, fil))
+        fs = fil[order]
+        cuts = np.searchsorted(fs, np.arange(len(idx.files) + 1))
+        for j in np.flatnonzero(files) if self.collective else np.unique(fs):
+            sel = order[cuts[j]:cuts[j + 1]]
+            o, d, n = fo[sel], dst[sel], ln[sel]
+            fix = _noop
+            if len(o) > 1:
+                dup = np.flatnonzero(o[1:] == o[:-1]) + 1
+                if len(dup):  # a record twice in a request (drop_last=False padding)
+                    first = np.searchsorted(o, o[dup], side="left")
+                    fix = _copier(buf, d[first].copy(), d[dup].copy(), n[dup].copy())
+                    keep = np.ones(len(o), dtype=bool)
+                    keep[dup] = False
+                    o, d, n = o[keep], d[keep], n[keep]
+            fh = self._fh[j][r.slot if nonblocking else 0]
+            want = int(n.sum())
+            if want:
+                fro, _, frl = merge_runs(o, o, n)  # file runs: neighbours in the file
+                mo, md, ml = merge_runs(o, d, n)  # memory blocks: neighbours in both
+                ft = MPI.BYTE.Create_hindexed(frl.tolist(), fro.tolist()).Commit()
+                mt = MPI.BYTE.Create_hindexed(ml.tolist(), md.tolist()).Commit()
+                spec = [buf, 1, mt]
+                types = [ft, mt]
+            else:
+                ft, spec, types = MPI.BYTE, [self._scratch, 0, MPI.BYTE], []
+            fh.Set_view(0, MPI.BYTE, ft)
+            self.stats.calls += 1
+            self.stats.read_bytes += want
+            if nonblocking:
+                q = fh.Iread_at_all(0, spec) if self.collective else fh.Iread_at(0, spec)
+                r.pending.append((q, (want, types, fix)))
+            else:
+                s = MPI.Status()
+                try:
+                    if self.collective:
+                        fh.Read_at_all(0, spec, s)
+                    else:
+                        fh.Read_at(0, spec, s)
+                finally:
+                    for t in types:
+                        t.Free()
+                got = s.Get_count(MPI.BYTE)
+                if got != want:
+                    raise HpcioError(f"{self._paths[j]}: MPI-IO read {got} of {want} bytes: "
+                                     f"a record lies beyond the end of the file (the index "
+                                     f"does not match the data)")
+                fix()
+
+    def _read_filewise(self, r, buf):
+        """One open + preadv per record file, split over ``threads`` threads."""
+        idx = self.ds.index
+        ids = r.ids
+        paths = self._paths
+        fil = idx.file[ids].tolist()
+        fo = idx.offset[ids].tolist()
+        ln = idx.length[ids].tolist()
+        dst = r.off[:-1].tolist()
+        mv = memoryview(buf)
+        n = len(ids)
+        T = min(self.threads, max(1, n))
+        parts = [(n * k // T, n * (k + 1) // T) for k in range(T)]
+        errors = []
+
+        def part(a, b):
+            try:
+                for k in range(a, b):
+                    p = paths[fil[k]]
+                    try:
+                        fd = os.open(p, os.O_RDONLY)
+                    except FileNotFoundError:
+                        raise HpcioError(f"{p}: record file missing")
+                    try:
+                        got = os.preadv(fd, [mv[dst[k]:dst[k] + ln[k]]], fo[k])
+                    finally:
+                        os.close(fd)
+                    if got != ln[k]:
+                        raise HpcioError(f"{p}: read {got} of {ln[k]} bytes at offset "
+                                         f"{fo[k]} (the index does not match the data)")
+            except BaseException as e:
+                errors.append(e)
+
+        if T == 1:
+            part(0, n)
+        else:
+            ts = [threading.Thread(target=part, args=ab) for ab in parts]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+        self.stats.calls += 2 * n  # open + read per record
+        self.stats.read_bytes += int(r.off[-1])
+        if errors:
+            raise errors[0]
+
+    def close(self):
+        for hs in self._fh:
+            for fh in hs:
+                try:
+                    fh.Close()
+                except Exception:
+                    pass
+        self._fh = []
+        if self.comm is not None:
+            try:
+                self.comm.Free()
+            except Exception:
+                pass
+            self.comm = None
+        self._ring = [None] * (self.prefetch + 1)
+
+
+def _noop():
+    pass
+
+
+def _copier(buf, src, dst, n):
+    """Copy the bytes of records read once to their duplicates' places (rare: padding)."""
+    def fix():
+        for a, b, k in zip(src.tolist(), dst.tolist(), n.tolist()):
+            buf[b:b + k] = buf[a:a + k]
+    return fix
+
+
+def _translate(e):
+    """MPI errors raised on the I/O thread become one-line HpcioErrors."""
+    if isinstance(e, HpcioError):
+        return e
+    try:
+        MPI = _mpi()
+        if isinstance(e, MPI.Exception):
+            return HpcioError(f"MPI-IO error: {e.Get_error_string().strip()}")
+    except ImportError:  # pragma: no cover
+        pass
+    return e
