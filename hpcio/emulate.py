@@ -14,7 +14,7 @@ import torch
 
 from .errors import HpcioError
 
-__all__ = ["DISTRIBUTIONS", "ComputeTime", "EmulatedModel", "SPEC"]
+__all__ = ["DISTRIBUTIONS", "ComputeTime", "EmulatedModel", "SPEC", "ReadOnly"]
 
 
 def _fixed(rng, mean, std, n):
@@ -97,3 +97,112 @@ class _Spec:
 
 
 SPEC = _Spec()
+
+
+class _End:
+    pass
+
+
+class ReadOnly:
+    """The emulated model's data path, as DLIO and MLPerf Storage run it: batches are read
+    and handed to the step, with no decode and no tensor conversion (an emulated step
+    does not look at pixels; converting 192 KiB pictures to float would make the
+    harness's CPU, not the storage, the limit). A loader thread copies each batch out of
+    the reader's buffer into a ring of page-aligned buffers, at most ``prefetch``
+    batches ahead of the trainer, and stamps it like :class:`hpcio.pipeline.Prepared`
+    (``t_fetch0``/``t_fetch1`` around the reader, ``t_prep1`` after the copy), so the
+    trainer's stall accounting is the same. ``x`` is the batch's bytes (uint8, 1-D)."""
+
+    def __init__(self, prefetch=2):
+        self.prefetch = max(0, int(prefetch))
+        self._runs = []
+
+    def run(self, batches, epoch=0):
+        r = _ReadOnlyRun(iter(batches), self.prefetch)
+        self._runs.append(r)
+        return r
+
+    def close(self):
+        for r in self._runs:
+            r.close()
+        self._runs = []
+
+
+class _ReadOnlyRun:
+    def __init__(self, it, prefetch):
+        import queue
+        import threading
+        self._q = queue.SimpleQueue()
+        self._permits = threading.Semaphore(prefetch)
+        self._halt = threading.Event()
+        self._ring = [None] * (prefetch + 2)  # in queue + held by the trainer + filling
+        self._done = False
+        self._thread = threading.Thread(target=self._load, args=(it,), daemon=True,
+                                        name="hpcio-readonly")
+        self._thread.start()
+
+    def _buffer(self, k, n):
+        from .fsutil import aligned_empty
+        buf = self._ring[k]
+        if buf is None or len(buf) < n:
+            buf = self._ring[k] = aligned_empty(max(int(n * 1.25), 4096))
+        return buf
+
+    def _load(self, it):
+        from .pipeline import Prepared
+        now = time.perf_counter
+        k = 0
+        try:
+            while True:
+                self._permits.acquire()
+                if self._halt.is_set():
+                    break
+                t0 = now()
+                try:
+                    b = next(it)
+                except StopIteration:
+                    self._q.put(_End)
+                    break
+                t1 = now()
+                off = np.asarray(b.offsets, dtype=np.int64)
+                lo, hi = (int(off[0]), int(off[-1])) if len(off) else (0, 0)
+                buf = self._buffer(k, hi - lo)[:hi - lo]
+                buf[:] = b.data[lo:hi]
+                k = (k + 1) % len(self._ring)
+                y = torch.from_numpy(np.array(b.labels, dtype=np.int64))
+                t2 = now()
+                self._q.put(Prepared(b.step, torch.from_numpy(buf), y, len(y), hi - lo,
+                                     t0, t1, t2, t1 - t0, t2 - t1,
+                                     float(getattr(b, "fetch_s", 0.0))))
+        except BaseException as e:
+            self._q.put(e)
+        finally:
+            if self._halt.is_set() and hasattr(it, "close"):
+                try:
+                    it.close()
+                except Exception:
+                    pass
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        self._permits.release()
+        item = self._q.get()
+        if item is _End:
+            self._done = True
+            self._thread.join()
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        return item
+
+    def close(self, timeout=2.0):
+        self._done = True
+        self._halt.set()
+        self._permits.release()
+        if self._thread is not __import__("threading").current_thread():
+            self._thread.join(timeout)

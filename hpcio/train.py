@@ -142,6 +142,10 @@ def build_parser():
                    help="data are pre-decoded (raw, model-sized): skip decode/resize/augment")
     g.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
                    help="random brightness + clip")
+    g.add_argument("--preprocess", default="auto", choices=("auto", "on", "off"),
+                   help="run the preprocessing pipeline; 'off' hands the step the batch's "
+                        "bytes as read, as DLIO and MLPerf Storage do (only for emulate); "
+                        "auto: off for emulate, on for real models")
     g = p.add_argument_group("run")
     g.add_argument("--out", metavar="RUNDIR", default=None,
                    help="results directory (default: runs/<time>-<reader>-<model>-n<ranks>)")
@@ -206,6 +210,11 @@ def parse_args(argv=None):
     if args.compute_std > 0 and args.compute_dist == "fixed":
         raise HpcioError("--compute-std needs --compute-dist normal, uniform or lognormal",
                          everywhere=True)
+    if args.preprocess == "auto":
+        args.preprocess = "off" if args.model == "emulate" else "on"
+    if args.preprocess == "off" and args.model != "emulate":
+        raise HpcioError(f"--preprocess off: model {args.model} needs tensors; only "
+                         "emulate runs on the bytes as read", everywhere=True)
     from .hints import parse_hints
     args.hints = parse_hints(args.hint)
     return args
@@ -370,10 +379,14 @@ def main(argv=None):
                       seed=args.seed, shuffle=args.shuffle, drop_last=args.drop_last)
     steps_per_epoch = min(plan0.steps, args.steps or plan0.steps)
     classes = ds.classes if ds.classes is not None else getattr(spec, "classes", None)
-    pipe = Pipeline(ds.manifest, input_shape, threads=args.threads, prefetch=args.prefetch,
-                    augment=args.augment, offline=args.offline,
-                    seed=args.seed * 1_000_003 + world.rank,
-                    pin_memory=device.type == "cuda", classes=classes)
+    if args.preprocess == "on":
+        pipe = Pipeline(ds.manifest, input_shape, threads=args.threads,
+                        prefetch=args.prefetch, augment=args.augment, offline=args.offline,
+                        seed=args.seed * 1_000_003 + world.rank,
+                        pin_memory=device.type == "cuda", classes=classes)
+    else:
+        from .emulate import ReadOnly
+        pipe = ReadOnly(args.prefetch)
     from .readers import make_reader
     from .cache import cache_state
     run = RunDir.create(args.out or os.path.join(

@@ -111,9 +111,11 @@ def test_every_model_and_reader_completes(tmp_path, data, model, reader):
     heavy = model in HEAVY
     batch, steps, epochs = (1, 1, 1) if heavy else (4, 3, 2)
     out = tmp_path / "run"
+    # emulate reads bytes only (as DLIO does) unless asked to run the pipeline too
+    extra = ["--preprocess", "on"] if (model, reader) == ("emulate", "memory") else []
     p = run_mpi(2, TRAIN + ["--data", ds.root, "--model", model, "--reader", reader,
                             "--batch", batch, "--steps", steps, "--epochs", epochs,
-                            "--compute-time", "0.005", "--out", out], timeout=240)
+                            "--compute-time", "0.005", "--out", out] + extra, timeout=240)
     assert p.returncode == 0, _fail(p)
     s = check_run(out, 2, steps, epochs, batch)
     assert s["metrics"]["au_excludes_first_step"] is (not heavy)
@@ -279,6 +281,7 @@ def _one_error(p):
     (["--compute-std", "0.1"], "--compute-dist"),
     (["--hint", "cb_nodes"], "key=value"),
     (["--offline", "--model", "cifar-quick", "--batch", "4"], "offline preprocessing needs"),
+    (["--preprocess", "off", "--model", "lenet"], "only emulate runs on the bytes"),
 ])
 def test_bad_flags_give_one_line(tmp_path, data, args, says):
     ds = data("packed")
