@@ -36,11 +36,11 @@ def block_records(record_bytes):
 class Synthetic:
     """Records of a preset: drawn pictures and labels from (seed, record id)."""
 
-    def __init__(self, preset, seed=0, records=None):
+    def __init__(self, preset, seed=0, records=None, shape=None):
         self.preset = get_preset(preset) if isinstance(preset, str) else preset
         self.seed = int(seed)
         self.records = self.preset.records if records is None else int(records)
-        self.shape = tuple(self.preset.shape)
+        self.shape = tuple(self.preset.shape if shape is None else shape)
         self.classes = self.preset.classes
 
     def block(self, lo, hi, encoding, quality):
@@ -336,15 +336,22 @@ def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=
 
 
 def generate(out, preset="mnist", records=None, format="packed", encoding="raw", shards=1,
-             seed=0, force=False, comm=None, progress=False, **format_options):
+             seed=0, force=False, comm=None, progress=False, shape=None, **format_options):
     """Write a synthetic ``preset`` dataset (``records`` of them, default the preset's
     count) to ``out``. Collective over ``comm`` (shard ``k`` on rank ``k % size``);
     returns the :class:`~hpcio.dataset.Dataset` on every rank. Format options: hdf5
-    ``chunk_records``; ``quality`` sets the JPEG quality (default the preset's)."""
+    ``chunk_records``; ``quality`` sets the JPEG quality (default the preset's).
+    ``shape`` (H, W, C) draws the pictures at another size than the preset's, e.g. raw
+    records already at a model's input for offline-preprocessing runs."""
     p = get_preset(preset)
     if records is not None and int(records) < 1:
         raise HpcioError(f"--records must be at least 1 (got {records})", everywhere=True)
-    src = Synthetic(p, seed, records)
+    if shape is not None:
+        shape = tuple(int(v) for v in shape)
+        if len(shape) != 3 or min(shape) < 1 or shape[2] not in (1, 3):
+            raise HpcioError(f"shape must be H x W x C with C 1 or 3 (got {shape})",
+                             everywhere=True)
+    src = Synthetic(p, seed, records, shape)
     quality = format_options.pop("quality", None) or p.quality
     return write_dataset(out, src, format, encoding, shards, force, comm, progress,
                          quality, manifest={"preset": p.name, "seed": int(seed),
@@ -368,6 +375,7 @@ def summary(ds):
     ln = idx.length
     lab = idx.label[idx.label >= 0]
     counts = np.bincount(lab) if len(lab) else np.zeros(0, np.int64)
+    counts = counts[counts > 0]  # classes present
     lines = [
         f"{ds.root}",
         f"  format {m['format']}, encoding {m['encoding']}, records {n:,}, shape "
@@ -380,7 +388,7 @@ def summary(ds):
             f"{s['path']} [{s['records'][0]}, {s['records'][1]}) {_size(s['bytes'])}"
             for s in m.get("shards", [])[:4]) + (" ..." if len(m.get("shards", [])) > 4
                                                  else ""),
-        f"  labels: {len(counts)} seen, per class min {counts.min() if len(counts) else 0}"
+        f"  labels: {len(counts)} classes present, records per class min {counts.min() if len(counts) else 0}"
         f" max {counts.max() if len(counts) else 0}"
         + (f", {int((idx.label < 0).sum())} unlabelled" if (idx.label < 0).any() else ""),
         f"  made by {m.get('generator')} ({m.get('source', '?')}"
@@ -460,6 +468,9 @@ def build_parser():
     g.add_argument("--encoding", default=None, choices=list(pictures.ENCODINGS),
                    help="record encoding (default: the preset's)")
     g.add_argument("--seed", type=int, default=0, help="seed of pictures and labels")
+    g.add_argument("--shape", type=_shape, default=None, metavar="HxWxC",
+                   help="picture size instead of the preset's, e.g. 227x227x3 raw records "
+                        "for offline preprocessing (the model's input, no decode/resize)")
     _add_output(g)
 
     i = sub.add_parser("import", formatter_class=_Help, help="write a dataset from data you have (local files "
@@ -507,6 +518,13 @@ def build_parser():
     return ap
 
 
+def _shape(text):
+    try:
+        return tuple(int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not HxWxC: {text!r}")
+
+
 def _progress_default(flag):
     return sys.stderr.isatty() if flag is None else flag
 
@@ -515,7 +533,7 @@ def _cmd_generate(a, comm):
     p = get_preset(a.preset)
     ds = generate(a.out, a.preset, a.records, a.format, a.encoding or p.encoding, a.shards,
                   a.seed, a.force, comm, _progress_default(a.progress),
-                  chunk_records=a.chunk_records, quality=a.quality)
+                  shape=a.shape, chunk_records=a.chunk_records, quality=a.quality)
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 
@@ -525,7 +543,7 @@ def _cmd_import(a, comm):
     ds = importers.import_data(a.kind, a.src, a.out, format=a.format, encoding=a.encoding,
                                shards=a.shards, split=a.split, force=a.force, comm=comm,
                                progress=_progress_default(a.progress),
-                               chunk_records=a.chunk_records, quality=a.quality)
+                               shape=a.shape, chunk_records=a.chunk_records, quality=a.quality)
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 

@@ -166,7 +166,7 @@ def _scenes(seed, ids, lab, shape, classes):
     h, w, c = shape
     n = len(ids)
     ne, f, grain = _scene_params(h)
-    hs, ws = max(h // f, 1), max(w // f, 1)
+    hs, ws = -(-h // f), -(-w // f)  # round up; the upsampled picture is cropped
     u = uniform(seed, ids, 12 + 9 * ne, stream=3).astype(np.float32)
     cls = uniform(seed, lab, 3, stream=4).astype(np.float32)  # class colour
     yy, xx = np.mgrid[0:hs, 0:ws].astype(np.float32)
@@ -191,7 +191,7 @@ def _scenes(seed, ids, lab, shape, classes):
         edge = (2.0 + 10 * v[:, 8]) * (f if f > 1 else 1)
         m = np.clip((1 - r2) * edge[:, None, None], 0, 1)[..., None]
         img = img * (1 - m) + col[:, None, None, :c] * m
-    img = _upsample(img.astype(np.float32), f)
+    img = _upsample(img.astype(np.float32), f)[:, :h, :w]
     tex = _texture(seed, c)
     oy = (u[:, 8] * (_TILE - h)).astype(np.intp)
     ox = (u[:, 9] * (_TILE - w)).astype(np.intp)

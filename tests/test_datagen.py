@@ -173,3 +173,13 @@ def test_unwritable_directory(tmp_path):
         fails(run_mpi(2, GEN + [d / "x", "--records", 5]), "ermission denied")
     finally:
         d.chmod(0o755)
+
+
+def test_shape_override_for_offline_preprocessing(tmp_path):
+    """Raw records drawn at a model's input size (227 is not a multiple of the drawing
+    resolution divisor) for runs without decode/resize."""
+    from hpcio.datagen import generate
+    ds = generate(str(tmp_path / "off"), "imagenet", records=3, format="packed",
+                  encoding="raw", shape=(227, 227, 3))
+    assert ds.manifest["shape"] == [227, 227, 3]
+    assert set(ds.index.length.tolist()) == {227 * 227 * 3}

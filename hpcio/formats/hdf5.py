@@ -221,7 +221,7 @@ class Native:
         j = i - int(self.starts[s])
         off = self.offs[s]
         if off is None:
-            return self.dsets[s][j]
+            return self.dsets[s][j].reshape(-1)  # bytes-like: len() is the byte count
         return self.dsets[s][int(off[j]):int(off[j + 1])]
 
     def close(self):
