@@ -99,6 +99,9 @@ def build_parser():
                         "(memory)")
     g.add_argument("--cache", default="asis", choices=("cold", "warm", "asis"),
                    help="page-cache state of the dataset before each epoch")
+    g.add_argument("--drop-caches", action="store_true", default=False,
+                   help="with --cache cold, also drop the node's whole page cache "
+                        "(needs root)")
     g.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                    help="MPI-IO (ROMIO) hint for the reader, repeatable")
     g.add_argument("--reader-prefetch", type=_int(0), default=None, metavar="K",
@@ -393,7 +396,9 @@ def main(argv=None):
         "runs", default_name(args.reader, args.model, world.size)), comm)
     ckpt_dir = args.checkpoint_dir or os.path.join(run.path, "checkpoints")
     ropts = _reader_options(args)
-    reader = make_reader(args.reader, ds, comm, **ropts)
+    # a cold epoch re-opens the reader after evicting: pages a live process has mapped
+    # (LMDB's mmap) stay in the page cache whatever fadvise or drop_caches say
+    reopen = args.cache == "cold" and args.reader != "memory"
 
     dist_name = "none" if args.model == "emulate" else args.dist
     dist = make_dist(dist_name, world, device)
@@ -432,13 +437,19 @@ def main(argv=None):
     cuda = device.type == "cuda"
     every = args.checkpoint_every
     gstep, cut = 0, False
+    reader, read_totals = None, {}
     try:
         for epoch in range(args.epochs):
             if vote.settle(bool(stop)):
                 cut = True
                 break
             ts = _now()
-            cache = cache_state(args.cache, ds, comm)
+            if reader is not None and reopen:
+                reader.close()
+                reader = None
+            cache = cache_state(args.cache, ds, comm, drop=args.drop_caches)
+            if reader is None:
+                reader = make_reader(args.reader, ds, comm, **ropts)
             plan = _truncate(make_plan(ds.records, world.size, world.rank, args.batch,
                                        epoch=epoch, seed=args.seed, shuffle=args.shuffle,
                                        drop_last=args.drop_last), args.steps)
@@ -485,9 +496,12 @@ def main(argv=None):
                 t_end = _now()
                 it.close()
             after = metrics.counters(reader)
+            d = metrics.delta(before, after)
+            for k, v in d.get("reader", {}).items():
+                read_totals[k] = read_totals.get(k, 0) + v
             epochs.append({"epoch": epoch, "steps": done, "setup_s": t_start - ts,
                            "elapsed_s": t_end - t_start, "cache": _jsonable(cache),
-                           "counters": metrics.delta(before, after)})
+                           "counters": d})
             if cut:
                 break
     finally:
@@ -506,12 +520,16 @@ def main(argv=None):
         "rank": world.rank, "host": world.hostname, "local_rank": world.local_rank,
         "node": world.node, "device": str(device), "torch_threads": threads,
         "train_s": t_train, "epochs": epochs, "checkpoints": checkpoints,
-        "reader_stats": _jsonable(reader.stats.as_dict()), "summary": rsum,
+        "reader_stats": _jsonable(dict(
+            {k: v for k, v in (reader.stats.as_dict().items() if reader else ())
+             if k not in read_totals}, **read_totals)),
+        "reader_reopened_each_epoch": reopen, "summary": rsum,
         "samples": sampler.as_dict()})
     gathered = comm.gather((rsum, checkpoints, sampler.disk_read_end -
                             sampler.disk_read_start, world.local_rank, stop.signum),
                            root=0)
-    reader.close()
+    if reader is not None:
+        reader.close()
     pipe.close()
     dist.close()
     if world.rank == 0:

@@ -10,6 +10,7 @@ import pytest
 
 from hpcio.emulate import DISTRIBUTIONS, ComputeTime, EmulatedModel
 from hpcio.errors import HpcioError
+from hpcio.fsutil import aligned_empty
 from hpcio.metrics import (COMPONENTS, STEP_FIELDS, Sampler, StepLog, counters, delta,
                            format_table, proc_io, rank_summary, split_stall, summarize)
 from hpcio.results import RunDir, StopFlag, StopVote, readahead_kb
@@ -88,7 +89,8 @@ def test_counters_and_delta():
     a = counters()
     with open(__file__, "rb") as f:
         f.read()
-    x = np.ones(4 << 20, dtype=np.uint8)  # 4 MiB touched: page faults
+    x = aligned_empty(4 << 20)  # a fresh anonymous mapping: touching it faults
+    x[:] = 1
     b = counters()
     d = delta(a, b)
     assert d["io"]["rchar"] >= os.path.getsize(__file__)
