@@ -305,3 +305,13 @@ def test_bad_data_and_config_give_one_line(tmp_path, data):
     p = run_mpi(2, TRAIN + ["--data", ds.root, "--out", tmp_path / "run"], timeout=60)
     assert "bytes on disk, the index says" in _one_error(p)
     assert not (tmp_path / "run").exists()  # checks come before the run directory
+
+
+@pytest.mark.parametrize("config", sorted(glob.glob(os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "*.yaml"))))
+def test_example_configs_parse(config):
+    from hpcio.train import parse_args
+    with open(config) as f:
+        keys = yaml.safe_load(f)
+    a = parse_args(["--config", config, "--data", "somewhere"])
+    assert a.model == keys["model"] and a.batch == keys["batch"]
