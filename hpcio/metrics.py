@@ -41,6 +41,7 @@ Summary figures (:func:`summarize`), computed at the end from small per-rank sum
   all epochs); max / min over ranks and which ranks.
 """
 
+import dataclasses
 import os
 import resource
 import threading
@@ -127,9 +128,11 @@ def rusage():
 def counters(reader=None):
     """A snapshot of every counter: reader stats, /proc/self/io, getrusage."""
     snap = {"io": proc_io(), "rusage": rusage()}
-    if reader is not None and getattr(reader, "stats", None) is not None:
-        snap["reader"] = {k: v for k, v in reader.stats.as_dict().items()
-                          if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    st = getattr(reader, "stats", None)
+    if st is not None:  # the counters only, not the reader's settings kept in ``extra``
+        snap["reader"] = {f.name: getattr(st, f.name) for f in dataclasses.fields(st)
+                          if isinstance(getattr(st, f.name), (int, float))
+                          and not isinstance(getattr(st, f.name), bool)}
     return snap
 
 
