@@ -161,7 +161,8 @@ def build_parser():
     g.add_argument("--sample-interval", type=_positive, default=0.5, metavar="S",
                    help="seconds between CPU/memory/disk/GPU samples")
     g.add_argument("--progress", default="auto", choices=("auto", "on", "off"),
-                   help="progress bar on rank 0 (auto: when stdout is a terminal)")
+                   help="progress bar on rank 0 (auto: when its stdout is a terminal; under "
+                        "mpiexec or srun it is a pipe, so say on)")
     return p
 
 
@@ -426,7 +427,7 @@ def main(argv=None):
         run.json("env.json", env)
 
     # ---- training --------------------------------------------------------------------
-    origin = _now()
+    origin, origin_unix = _now(), time.time()  # step t0s are relative to this moment
     log = metrics.StepLog(args.epochs * steps_per_epoch, origin=origin)
     losses = np.full(args.epochs * steps_per_epoch, np.nan)
     sampler = metrics.Sampler(args.sample_interval, ds.root, device, origin=origin)
@@ -519,7 +520,8 @@ def main(argv=None):
     run.json(f"rank-{world.rank}.json", {
         "rank": world.rank, "host": world.hostname, "local_rank": world.local_rank,
         "node": world.node, "device": str(device), "torch_threads": threads,
-        "train_s": t_train, "epochs": epochs, "checkpoints": checkpoints,
+        "origin_unix": origin_unix, "train_s": t_train, "epochs": epochs,
+        "checkpoints": checkpoints,
         "reader_stats": _jsonable(dict(
             {k: v for k, v in (reader.stats.as_dict().items() if reader else ())
              if k not in read_totals}, **read_totals)),
