@@ -16,7 +16,7 @@ not Python-bound.
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["layout", "merge_runs", "gather", "BIG_RUN"]
+__all__ = ["layout", "merge_runs", "gather", "copy_records", "clusters", "BIG_RUN"]
 
 BIG_RUN = 16 << 10
 CHUNK = 16 << 10
@@ -46,6 +46,24 @@ def merge_runs(src, dst, length):
     return src[starts], dst[starts], end_bytes[ends] - end_bytes[starts]
 
 
+def clusters(offsets, lengths, gap):
+    """Cover sorted, non-overlapping pieces ``(offsets, lengths)`` with fewer, larger
+    reads: neighbours at most ``gap`` bytes apart share one read. Returns the reads'
+    ``(start, length)`` and, for every piece, its position in the reads laid end to end."""
+    n = len(offsets)
+    end = offsets + lengths
+    brk = np.ones(n, dtype=bool)
+    if n > 1:
+        brk[1:] = offsets[1:] - end[:-1] > gap
+    first = np.flatnonzero(brk)
+    last = np.append(first[1:], n) - 1
+    start = offsets[first]
+    length = end[last] - start
+    which = np.cumsum(brk) - 1
+    pos = layout(length)[which] + (offsets - start[which])
+    return start, length, pos
+
+
 def _chunked(src, out, s, d, ln):
     """Copy records ``(s, d, ln)`` with one fancy index: each record is cut into ``C``-byte
     chunks, the last one shifted back to end at the record's end (it overlaps the one
@@ -65,16 +83,16 @@ def _chunked(src, out, s, d, ln):
     dv[d[rec] + within] = sv[s[rec] + within]
 
 
-def gather(src, starts, lengths, out):
-    """Copy records ``src[starts[k]:starts[k]+lengths[k]]`` end to end into ``out``
-    (uint8, large enough); returns their offsets in ``out`` (``len + 1``)."""
+def copy_records(src, starts, dst, lengths, out):
+    """Copy ``src[starts[k]:+lengths[k]]`` to ``out[dst[k]:+lengths[k]]`` for every k
+    (int64 arrays; destinations must not overlap)."""
     starts = np.asarray(starts, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
-    off = layout(lengths)
     n = len(lengths)
     if n == 0:
-        return off
-    s, d, ln = merge_runs(starts, off[:-1], lengths)
+        return
+    s, d, ln = merge_runs(starts, dst, lengths)
     if len(ln) == 1:
         out[d[0]:d[0] + ln[0]] = src[s[0]:s[0] + ln[0]]
     elif ln.min() >= BIG_RUN:
@@ -83,7 +101,18 @@ def gather(src, starts, lengths, out):
     elif lengths.min() == lengths.max() and lengths[0] > 0:
         L = int(lengths[0])
         rows = as_strided(src, shape=(len(src) - L + 1, L), strides=(1, 1))
-        out[:n * L].reshape(n, L)[:] = rows[starts]
+        if np.all(np.diff(dst) == L):
+            out[dst[0]:dst[0] + n * L].reshape(n, L)[:] = rows[starts]
+        else:
+            dv = as_strided(out, shape=(len(out) - L + 1, L), strides=(1, 1), writeable=True)
+            dv[dst] = rows[starts]
     else:
         _chunked(src, out, s, d, ln)
+
+
+def gather(src, starts, lengths, out):
+    """Copy records ``src[starts[k]:starts[k]+lengths[k]]`` end to end into ``out``
+    (uint8, large enough); returns their offsets in ``out`` (``len + 1``)."""
+    off = layout(lengths)
+    copy_records(src, starts, off[:-1], lengths, out)
     return off

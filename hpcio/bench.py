@@ -1,0 +1,432 @@
+"""Reader benchmark: each reader against the machine's own limit, in the same run.
+
+    mpiexec -n 2 python -m hpcio.bench --data DIR [DIR...] --readers naive,coordinated,memory \\
+        --cache cold,warm --shuffle none,chunk,global --batch 64 --repeat 3 [--hint k=v ...]
+
+For every dataset, cache state and shuffle mode, the runs are interleaved (limits, then
+reader A, B, C; again for every repeat) so that a slow minute of a shared VM hits all of
+them alike; the table gives medians and the spread (min..max) over the repeats.
+
+Measured quantities (per run; ``t`` is the slowest rank's time from its first request
+to its last batch, because a step finishes when every rank has its batch):
+
+* ``rec/s/rank``: records of a rank / that rank's time, mean over ranks;
+* ``MB/s``: all ranks' record bytes / ``t`` (10^6 bytes); ``x seq``: that MB/s divided by
+  the ``seq`` limit measured in the same repeat and cache state;
+* ``seq``: a plain sequential read of the dataset's files by the same ranks (the files'
+  bytes split into one contiguous range per rank, 8 MiB ``readv`` into a page-aligned
+  buffer); ``seq-direct`` the same with ``O_DIRECT`` (when the file system allows it);
+* ``random`` (beside global shuffle, cold): one ``pread`` per record, in the global-shuffle
+  plan's order, at most ``--random-records`` per rank — the floor of random access;
+* ``dev/rec``: bytes the block device read (``/proc/diskstats``, whole node, during the
+  run) / record bytes delivered — read amplification (memory-mapped reads show up here);
+* ``stall``: seconds the consumer waited for batches (mean over ranks);
+* ``resident``: fraction of the files in the page cache just before the run (mincore).
+
+Cold: every file is dropped from the page cache before each cold run (fdatasync +
+POSIX_FADV_DONTNEED on every node, and drop_caches with ``--drop-caches``), and readers
+are created after eviction (so LMDB maps nothing stale). On a VM the host's cache may
+still serve "cold" reads: cold figures are upper bounds. The JSON holds every run.
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from .cache import (block_device, cache_state, device_read_bytes, read_ahead_kb)
+from .cli import ArgumentParser
+from .dataset import open_dataset
+from .errors import HpcioError, guard
+from .fsutil import aligned_empty, atomic_json, fs_type
+from .hints import parse_hints
+from .plan import SHUFFLES, Plan, make_plan
+from .readers import READERS, make_reader
+
+__all__ = ["main", "parse_reader", "LIMITS", "run_reader", "run_limit"]
+
+PIECE = 8 << 20
+
+
+def parse_reader(spec):
+    """``name[:key=value...]`` -> (label, name, options); values become int when they
+    look like one, ``true``/``false`` bool; ``hint.KEY=VALUE`` is an MPI-IO hint."""
+    name, *parts = spec.split(":")
+    kvs = []
+    for t in parts:  # a piece without '=' continues the previous value (cb_config_list=*:*)
+        if "=" not in t and kvs:
+            kvs[-1] += ":" + t
+        else:
+            kvs.append(t)
+    if name not in READERS:
+        raise HpcioError(f"unknown reader {name!r} (choose from {', '.join(sorted(READERS))})",
+                         everywhere=True)
+    opts = {}
+    for kv in kvs:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise HpcioError(f"reader option {kv!r} in {spec!r} is not key=value",
+                             everywhere=True)
+        if k.startswith("hint."):
+            opts.setdefault("hints", {})[k[5:]] = v
+            continue
+        low = v.lower()
+        opts[k] = (int(v) if v.lstrip("-").isdigit() else True if low == "true"
+                   else False if low == "false" else v)
+    return spec, name, opts
+
+
+# ---- limits: what the machine itself delivers -------------------------------------
+def _ranges(sizes, rank, size):
+    """This rank's share of the files concatenated: [(file k, start, end), ...]."""
+    total = int(sum(sizes))
+    lo, hi = total * rank // size, total * (rank + 1) // size
+    out, base = [], 0
+    for k, n in enumerate(sizes):
+        a, b = max(lo, base), min(hi, base + int(n))
+        if a < b:
+            out.append((k, a - base, b - base))
+        base += int(n)
+    return out
+
+
+def _seq(ds, comm, direct=False, **_):
+    """Sequential read of this rank's contiguous share of the files' bytes."""
+    buf = aligned_empty(PIECE)
+    mv = memoryview(buf)
+    flags = os.O_RDONLY | (os.O_DIRECT if direct else 0)
+    nbytes = calls = 0
+    t0 = time.perf_counter()
+    for k, a, b in _ranges(ds.index.file_bytes, comm.rank, comm.size):
+        fd = os.open(ds.path(k), flags)
+        try:
+            pos = a - (a % 4096) if direct else a
+            while pos < b:
+                n = os.preadv(fd, [mv[:PIECE]], pos)
+                calls += 1
+                if n <= 0:
+                    break
+                nbytes += max(0, min(pos + n, b) - max(pos, a))
+                pos += n
+        finally:
+            os.close(fd)
+    return {"records": 0, "bytes": nbytes, "seconds": time.perf_counter() - t0,
+            "calls": calls}
+
+
+def _seq_direct(ds, comm, **kw):
+    try:
+        return _seq(ds, comm, direct=True)
+    except OSError as e:
+        return {"skipped": f"O_DIRECT: {e.strerror}"}
+
+
+def _random(ds, comm, plan=None, limit=2000, **_):
+    """One pread per record in plan order (global shuffle): the random-access floor."""
+    idx = ds.index
+    ids = plan.ids[:limit]
+    fil, off, ln = idx.file[ids].tolist(), idx.offset[ids].tolist(), idx.length[ids].tolist()
+    buf = aligned_empty(int(idx.length.max()) if len(idx.length) else 1)
+    mv = memoryview(buf)
+    fds = {}
+    t0 = time.perf_counter()
+    try:
+        for j, o, n in zip(fil, off, ln):
+            fd = fds.get(j)
+            if fd is None:
+                fd = fds[j] = os.open(ds.path(j), os.O_RDONLY)
+            os.preadv(fd, [mv[:n]], o)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return {"records": len(ids), "bytes": int(sum(ln)), "seconds": time.perf_counter() - t0,
+            "calls": len(ids)}
+
+
+LIMITS = {"seq": _seq, "seq-direct": _seq_direct, "random": _random}
+
+
+# ---- one run ------------------------------------------------------------------------
+def run_reader(reader, comm, plan, compute_s=0.0):
+    """Run one epoch of ``plan`` (sleeping ``compute_s`` per batch, an emulated training
+    step); this rank's figures. The reader's counters are reset first."""
+    reader.stats.reset()
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for b in reader.epoch(plan):
+        if compute_s:
+            time.sleep(compute_s)
+    dt = time.perf_counter() - t0
+    st = reader.stats
+    return {"records": st.records, "bytes": st.bytes, "seconds": dt, "calls": st.calls,
+            "io_s": st.io_s, "stall_s": st.wait_s, "minflt": st.minflt, "majflt": st.majflt}
+
+
+class Readers:
+    """The readers of one dataset. Readers that may map the data (``naive``: LMDB maps its
+    file, and mapped pages cannot be evicted) are made afresh for every run, after the
+    cache state is set — as a framework opens its dataset at start-up. The others are made
+    once, warmed up with a short untimed epoch (ROMIO's and the ring's buffers allocated and
+    touched, as in the second epoch of a training run), and reused; a memory reader's
+    up-front load is reported as ``load_s``."""
+
+    FRESH = ("naive",)
+
+    def __init__(self, specs, ds, comm, warmup_plan):
+        self.specs, self.ds, self.comm, self.kept, self.load_s = specs, ds, comm, {}, {}
+        for label, name, opts in specs.values():
+            if name in self.FRESH:
+                continue
+            r = self.kept[label] = make_reader(name, ds, comm, **opts)
+            self.load_s[label] = r.stats.load_s
+            for _ in r.epoch(warmup_plan):
+                pass
+
+    def run(self, label, plan, compute_s):
+        _, name, opts = self.specs[label]
+        if label in self.kept:
+            return run_reader(self.kept[label], self.comm, plan, compute_s)
+        r = make_reader(name, self.ds, self.comm, **opts)
+        try:
+            return run_reader(r, self.comm, plan, compute_s)
+        finally:
+            r.close()
+
+    def close(self):
+        for r in self.kept.values():
+            r.close()
+        self.kept = {}
+
+
+def run_limit(kind, ds, comm, plan, random_records):
+    comm.Barrier()
+    return LIMITS[kind](ds, comm, plan=plan, limit=random_records)
+
+
+def _reduce(comm, res):
+    """Combine ranks' figures once per run (never per step)."""
+    every = comm.gather(res, root=0)
+    if comm.rank != 0:
+        return None
+    if any("skipped" in e for e in every):
+        return {"skipped": next(e["skipped"] for e in every if "skipped" in e)}
+    t = max(e["seconds"] for e in every)
+    out = {"seconds": t, "records": sum(e["records"] for e in every),
+           "bytes": sum(e["bytes"] for e in every)}
+    out["mb_s"] = out["bytes"] / t / 1e6 if t > 0 else 0.0
+    out["rec_s"] = out["records"] / t if t > 0 else 0.0
+    out["rec_s_rank"] = float(np.mean([e["records"] / e["seconds"] if e["seconds"] > 0 else 0
+                                       for e in every]))
+    for k in ("calls", "minflt", "majflt"):
+        if k in every[0]:
+            out[k] = sum(e[k] for e in every)
+    for k in ("io_s", "stall_s"):
+        if k in every[0]:
+            out[k] = float(np.mean([e[k] for e in every]))
+    return out
+
+
+def _verify(ds, comm):
+    """Rank 0 compares every shard's sha256 with the manifest; a mismatch ends all ranks."""
+    err = None
+    if comm.rank == 0:
+        try:
+            ds.verify_checksums()
+        except HpcioError as e:
+            err = str(e)
+    err = comm.bcast(err, root=0)
+    if err:
+        raise HpcioError(err, everywhere=True)
+
+
+def _loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# ---- the table ----------------------------------------------------------------------
+def _med(xs):
+    xs = [x for x in xs if x is not None]
+    return (statistics.median(xs), min(xs), max(xs)) if xs else (None, None, None)
+
+
+def summarise(runs):
+    """Median and spread per (dataset, cache, shuffle, what), with ratios to ``seq`` of
+    the same repeat."""
+    seq = {(r["dataset"], r["cache"], r["shuffle"], r["repeat"]): r.get("mb_s")
+           for r in runs if r["what"] == "seq" and "mb_s" in r}
+    groups = {}
+    for r in runs:
+        if "mb_s" not in r:
+            continue
+        key = (r["dataset"], r["cache"], r["shuffle"], r["what"])
+        s = seq.get((r["dataset"], r["cache"], r["shuffle"], r["repeat"]))
+        r["x_seq"] = r["mb_s"] / s if s else None
+        groups.setdefault(key, []).append(r)
+    rows = []
+    for key, rs in groups.items():
+        row = dict(zip(("dataset", "cache", "shuffle", "what"), key))
+        for k in ("rec_s_rank", "mb_s", "x_seq", "stall_s", "amplification", "resident"):
+            row[k] = _med([r.get(k) for r in rs])
+        row["n"] = len(rs)
+        rows.append(row)
+    return rows
+
+
+def _fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def table(rows):
+    head = (f"{'dataset':<22} {'cache':<5} {'shuffle':<7} {'what':<34} {'rec/s/rank':>11} "
+            f"{'MB/s':>8} {'x seq [min..max]':>20} {'dev/rec':>7} {'stall s':>8} {'res':>5}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        m, lo, hi = r["x_seq"]
+        ratio = f"{_fmt(m, '.2f')} [{_fmt(lo, '.2f')}..{_fmt(hi, '.2f')}]"
+        lines.append(f"{r['dataset'][:22]:<22} {r['cache']:<5} {r['shuffle']:<7} "
+                     f"{r['what'][:34]:<34} {_fmt(r['rec_s_rank'][0], ',.0f'):>11} "
+                     f"{_fmt(r['mb_s'][0], ',.0f'):>8} {ratio:>20} "
+                     f"{_fmt(r['amplification'][0], '.2f'):>7} "
+                     f"{_fmt(r['stall_s'][0], '.3f'):>8} {_fmt(r['resident'][0], '.2f'):>5}")
+    return "\n".join(lines)
+
+
+# ---- main ---------------------------------------------------------------------------
+def build_parser():
+    p = ArgumentParser(prog="python -m hpcio.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", nargs="+", required=True, help="dataset directories")
+    p.add_argument("--readers", default="naive,coordinated,memory",
+                   help="comma-separated reader specs name[:key=value...], e.g. "
+                        "coordinated:mechanism=nonblocking or coordinated:collective=false")
+    p.add_argument("--cache", default="cold,warm", help="cache states: cold, warm, asis")
+    p.add_argument("--shuffle", default="none,chunk,global",
+                   help=f"shuffle modes ({', '.join(SHUFFLES)})")
+    p.add_argument("--batch", type=int, default=64, help="records per batch per rank")
+    p.add_argument("--repeat", type=int, default=3, help="interleaved repeats (>= 3 for a "
+                   "median worth reading)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="at most this many steps per epoch (default: the whole epoch)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--warmup-steps", type=int, default=64,
+                   help="steps of the untimed warm-up epoch of each kept reader")
+    p.add_argument("--block", type=int, default=64, help="chunk shuffle: block of records")
+    p.add_argument("--window", type=int, default=1024, help="chunk shuffle: mixing window")
+    p.add_argument("--prefetch", type=int, default=None,
+                   help="coordinated: requests in flight (default: the reader's)")
+    p.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
+                   help="MPI-IO (ROMIO) hint for the coordinated reader; repeatable")
+    p.add_argument("--compute-ms", type=float, default=0.0,
+                   help="emulated compute per batch (sleep) to show prefetch overlap")
+    p.add_argument("--limits", default="seq,seq-direct,random",
+                   help="machine limits to measure beside the readers (random: global only)")
+    p.add_argument("--random-records", type=int, default=2000,
+                   help="records per rank for the random-read floor")
+    p.add_argument("--drop-caches", action="store_true",
+                   help="cold: also echo 1 > /proc/sys/vm/drop_caches (root only)")
+    p.add_argument("--verify", action="store_true",
+                   help="check every shard's sha256 against the manifest first (reads all)")
+    p.add_argument("--out", default="bench.json", help="JSON file with every run")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def main(argv=None):
+    from mpi4py import MPI
+    a = build_parser().parse_args(argv)
+    comm = MPI.COMM_WORLD
+    readers = [parse_reader(s) for s in a.readers.split(",") if s]
+    hints = parse_hints(a.hint)
+    for _, name, opts in readers:
+        if name == "coordinated":
+            if hints:
+                opts.setdefault("hints", hints)
+            if a.prefetch is not None:
+                opts.setdefault("prefetch", a.prefetch)
+    caches = [c for c in a.cache.split(",") if c]
+    shuffles = [s for s in a.shuffle.split(",") if s]
+    for s in shuffles:
+        if s not in SHUFFLES:
+            raise HpcioError(f"unknown shuffle mode {s!r} (choose from "
+                             f"{', '.join(SHUFFLES)})", everywhere=True)
+    limits = [x for x in a.limits.split(",") if x]
+    for x in limits:
+        if x not in LIMITS:
+            raise HpcioError(f"unknown limit {x!r} (choose from {', '.join(LIMITS)})",
+                             everywhere=True)
+    if a.repeat < 1:
+        raise HpcioError("--repeat must be at least 1", everywhere=True)
+    rank0 = comm.rank == 0
+    runs = []
+    meta = {"ranks": comm.size, "batch": a.batch, "hints": hints, "readers": a.readers,
+            "mpi": MPI.Get_library_version().splitlines()[0].strip(), "datasets": {}}
+    for root in a.data:
+        ds = open_dataset(root, comm)
+        if a.verify:
+            _verify(ds, comm)
+        name = os.path.basename(os.path.normpath(root))
+        dev, _ = block_device(ds.root)
+        meta["datasets"][name] = {
+            "root": ds.root, "format": ds.format, "encoding": ds.encoding,
+            "records": ds.records, "record_bytes": ds.nbytes(),
+            "file_bytes": int(ds.index.file_bytes.sum()), "files": len(ds.index.files),
+            "fs": fs_type(ds.root), "device": dev, "read_ahead_kb": read_ahead_kb(ds.root)}
+        todo = []
+        for rep in range(a.repeat):
+            for cache in caches:
+                for shuffle in shuffles:
+                    whats = [x for x in limits if x != "random" or shuffle == "global"]
+                    todo += [(rep, cache, shuffle, w) for w in whats + [r[0] for r in readers]]
+        specs = {r[0]: r for r in readers}
+
+        def plan_of(epoch, shuffle, steps=a.steps):
+            p = make_plan(ds.records, comm.size, comm.rank, a.batch, epoch=epoch,
+                          seed=a.seed, shuffle=shuffle, block=a.block, window=a.window)
+            if steps is not None and steps < p.steps:
+                p = Plan(p.ids[:steps * a.batch], p.batch, p.rank, p.ranks, p.epoch)
+            return p
+
+        pool = Readers(specs, ds, comm, plan_of(10**6, "global", steps=a.warmup_steps))
+        meta["datasets"][name]["load_s"] = pool.load_s
+        for n, (rep, cache, shuffle, what) in enumerate(todo):
+            plan = plan_of(rep, shuffle)
+            state = cache_state(cache, ds, comm, drop=a.drop_caches)
+            load0 = _loadavg()
+            dev0 = device_read_bytes(dev) if rank0 else None
+            if what in specs:
+                res = pool.run(what, plan, a.compute_ms / 1e3)
+            else:
+                res = run_limit(what, ds, comm, plan, a.random_records)
+            dev1 = device_read_bytes(dev) if rank0 else None
+            out = _reduce(comm, res)
+            if rank0:
+                out.update(dataset=name, cache=cache, shuffle=shuffle, what=what,
+                           repeat=rep, resident=state.get("resident"),
+                           loadavg=[load0, _loadavg()])
+                if dev0 is not None and dev1 is not None and out.get("bytes"):
+                    out["device_bytes"] = dev1 - dev0
+                    out["amplification"] = (dev1 - dev0) / out["bytes"]
+                runs.append(out)
+                if not a.quiet:
+                    fig = (f"{out['mb_s']:9.1f} MB/s {out['rec_s_rank']:11,.0f} rec/s/rank"
+                           if "mb_s" in out else out.get("skipped", ""))
+                    print(f"[{n + 1}/{len(todo)}] {name} {cache} {shuffle} {what}: {fig}",
+                          file=sys.stderr, flush=True)
+        pool.close()
+        comm.Barrier()
+    if rank0:
+        rows = summarise(runs)
+        print(table(rows), flush=True)
+        atomic_json(a.out, {"meta": meta, "summary": rows, "runs": runs})
+        print(f"wrote {a.out}", file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(guard(main, prog="hpcio.bench"))

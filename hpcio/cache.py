@@ -1,0 +1,243 @@
+"""Page-cache control and evidence: make a dataset cold or warm, and prove it.
+
+* ``cold``: the dataset's files are dropped from the page cache — ``fdatasync`` +
+  ``posix_fadvise(DONTNEED)`` of every file (any user), split between the ranks of each
+  node, plus ``echo 1 > /proc/sys/vm/drop_caches`` when asked for and allowed (root).
+  Neither evicts pages that a *live* process still has mapped: open memory-mapped readers
+  (LMDB) after evicting. On a VM the host may still cache the disk, so "cold" figures are
+  upper bounds.
+* ``warm``: a full sequential read of every file first (split between each node's ranks).
+* ``asis``: nothing is done (the cache is whatever it is; the resident fraction says).
+
+:func:`resident_fraction` measures with ``mincore`` how much of the files is in the page
+cache, so a test or a benchmark can show that cold was cold and warm was warm.
+Also here: the block device behind a path, its bytes read (``/proc/diskstats``) and its
+``read_ahead_kb`` — what really came off the disk.
+"""
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+import time
+
+from .errors import HpcioError
+from .fsutil import aligned_empty
+from .fsutil import evict as evict_file
+
+__all__ = ["CACHE_MODES", "cache_state", "evict", "warm", "resident_fraction",
+           "drop_caches", "block_device", "device_read_bytes", "read_ahead_kb"]
+
+PIECE = 8 << 20
+
+
+def _node(comm):
+    """(local rank, local size, node communicator or None) of this rank's node."""
+    if comm is None or comm.Get_size() == 1:
+        return 0, 1, None
+    from mpi4py import MPI
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    return node.Get_rank(), node.Get_size(), node
+
+
+def _mine(paths, lrank, lsize):
+    return [p for k, p in enumerate(paths) if k % lsize == lrank]
+
+
+def drop_caches():
+    """``echo 1 > /proc/sys/vm/drop_caches`` (after ``sync``); True if the kernel took it."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+        return True
+    except OSError:
+        return False
+
+
+def evict(ds, comm=None, drop=False):
+    """Drop the dataset's files from the page cache on every node (see module docstring);
+    returns what was done. Collective over ``comm``."""
+    lrank, lsize, node = _node(comm)
+    t0 = time.perf_counter()
+    n, dropped = 0, False
+    try:
+        for p in _mine(ds.paths, lrank, lsize):
+            try:
+                evict_file(p)
+            except FileNotFoundError:
+                raise HpcioError(f"{p}: shard file missing")
+            n += 1
+        if drop and lrank == 0:
+            dropped = drop_caches()
+    finally:
+        if node is not None:
+            n = node.allreduce(n)
+            dropped = node.allreduce(int(dropped)) > 0
+            node.Free()
+    return {"mode": "cold", "files": n, "drop_caches": bool(dropped),
+            "seconds": time.perf_counter() - t0}
+
+
+def read_file(path, buf=None, piece=PIECE):
+    """Read ``path`` start to end in ``piece``-byte reads into a page-aligned buffer;
+    returns the bytes read."""
+    if buf is None:
+        buf = aligned_empty(piece)
+    mv = memoryview(buf)[:piece]
+    total = 0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        while True:
+            n = os.readv(fd, [mv])
+            if n <= 0:
+                break
+            total += n
+    finally:
+        os.close(fd)
+    return total
+
+
+def warm(ds, comm=None):
+    """Read every file of the dataset once, so that it is in the page cache (collective)."""
+    lrank, lsize, node = _node(comm)
+    t0 = time.perf_counter()
+    buf = aligned_empty(PIECE)
+    nbytes = 0
+    try:
+        for p in _mine(ds.paths, lrank, lsize):
+            try:
+                nbytes += read_file(p, buf)
+            except FileNotFoundError:
+                raise HpcioError(f"{p}: shard file missing")
+    finally:
+        if node is not None:
+            nbytes = node.allreduce(nbytes)
+            node.Free()
+    return {"mode": "warm", "bytes": nbytes, "seconds": time.perf_counter() - t0}
+
+
+def _asis(ds, comm=None, **kw):
+    return {"mode": "asis"}
+
+
+CACHE_MODES = {"cold": evict, "warm": warm, "asis": _asis}
+
+
+def cache_state(mode, ds, comm=None, drop=False, measure=True):
+    """Put the dataset's files in cache state ``mode`` (``cold``, ``warm`` or ``asis``) on
+    every node; returns a dict of what was done and, with ``measure``, the fraction of the
+    files' pages resident afterwards (measured on rank 0). Collective over ``comm``."""
+    try:
+        fn = CACHE_MODES[mode]
+    except KeyError:
+        raise HpcioError(f"unknown cache mode {mode!r} (choose from "
+                         f"{', '.join(CACHE_MODES)})", everywhere=True)
+    info = fn(ds, comm, drop=drop) if mode == "cold" else fn(ds, comm)
+    if comm is not None and comm.Get_size() > 1:
+        comm.Barrier()
+    if measure:
+        frac = resident_fraction(ds.paths) if comm is None or comm.rank == 0 else None
+        info["resident"] = comm.bcast(frac, root=0) if comm is not None else frac
+    return info
+
+
+# ---- mincore ----------------------------------------------------------------------
+_libc = None
+
+
+def _lib():
+    global _libc
+    if _libc is None:
+        lib = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        lib.mmap.restype = ctypes.c_void_p
+        lib.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                             ctypes.c_int, ctypes.c_long]
+        lib.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+        lib.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+        _libc = lib
+    return _libc
+
+
+def _resident_pages(path):
+    """(resident pages, pages) of one file, by ``mincore`` on a fresh read-only mapping
+    (mapping faults nothing in; the answer is the page cache's, shared by all processes)."""
+    size = os.path.getsize(path)
+    page = mmap.PAGESIZE
+    pages = -(-size // page)
+    if not pages:
+        return 0, 0
+    lib = _lib()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = lib.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            e = ctypes.get_errno()
+            raise OSError(e, os.strerror(e), path)
+        try:
+            vec = (ctypes.c_ubyte * pages)()
+            if lib.mincore(addr, size, vec) != 0:
+                e = ctypes.get_errno()
+                raise OSError(e, os.strerror(e), path)
+            import numpy as np
+            resident = int(np.count_nonzero(np.frombuffer(vec, dtype=np.uint8) & 1))
+        finally:
+            lib.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return resident, pages
+
+
+def resident_fraction(paths):
+    """Fraction (0..1) of the pages of ``paths`` that are in the page cache now."""
+    res = tot = 0
+    for p in paths:
+        r, t = _resident_pages(p)
+        res += r
+        tot += t
+    return res / tot if tot else 1.0
+
+
+# ---- the block device ---------------------------------------------------------------
+def block_device(path):
+    """(name, "major:minor") of the block device holding ``path`` (None, None if it is
+    not a block device, e.g. tmpfs or FUSE)."""
+    st = os.stat(path)
+    mm = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    try:
+        with open(f"/sys/dev/block/{mm}/uevent") as f:
+            for line in f:
+                if line.startswith("DEVNAME="):
+                    return line.strip().split("=", 1)[1], mm
+    except OSError:
+        pass
+    return None, mm
+
+
+def device_read_bytes(name):
+    """Bytes read from block device ``name`` since boot (``/proc/diskstats`` sectors x 512);
+    None when unknown."""
+    if not name:
+        return None
+    try:
+        with open("/proc/diskstats") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 5 and parts[2] == name:
+                    return int(parts[5]) * 512
+    except OSError:
+        pass
+    return None
+
+
+def read_ahead_kb(path):
+    """The kernel read-ahead (KiB) of the device holding ``path`` (its backing-device
+    info in ``/sys/class/bdi``), or None."""
+    _, mm = block_device(path)
+    for p in (f"/sys/class/bdi/{mm}/read_ahead_kb", f"/sys/dev/block/{mm}/queue/read_ahead_kb"):
+        try:
+            with open(p) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+    return None

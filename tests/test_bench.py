@@ -1,0 +1,60 @@
+"""The reader benchmark under mpiexec: every reader and limit measured, cold really cold
+and warm really warm, ratios against the sequential read of the same run, JSON written."""
+
+import json
+
+import pytest
+
+from hpcio.bench import parse_reader, summarise
+from hpcio.errors import HpcioError
+
+from common.datasets import make_dataset
+from common.mpi import run_mpi
+
+
+def test_parse_reader():
+    label, name, opts = parse_reader("coordinated:collective=false:prefetch=3:"
+                                     "hint.cb_config_list=*:*:hint.cb_nodes=2")
+    assert name == "coordinated"
+    assert opts == {"collective": False, "prefetch": 3,
+                    "hints": {"cb_config_list": "*:*", "cb_nodes": "2"}}
+    with pytest.raises(HpcioError, match="unknown reader"):
+        parse_reader("fast")
+
+
+def test_summarise_ratio_and_spread():
+    runs = [dict(dataset="d", cache="cold", shuffle="none", what=w, repeat=r, mb_s=v,
+                 rec_s_rank=1.0)
+            for r, (s, c) in enumerate([(100, 90), (200, 190), (100, 95)])
+            for w, v in (("seq", s), ("coordinated", c))]
+    rows = {r["what"]: r for r in summarise(runs)}
+    med, lo, hi = rows["coordinated"]["x_seq"]
+    assert (med, lo, hi) == (0.95, 0.9, 0.95)
+    assert rows["seq"]["x_seq"][0] == 1.0
+
+
+def test_bench_runs_every_reader_and_limit(tmp_path_factory, tmp_path):
+    ds = make_dataset(tmp_path_factory.getbasetemp() / "bench-data", "lmdb", "raw",
+                      records=400, shards=2, seed=4)
+    out = tmp_path / "bench.json"
+    p = run_mpi(2, ["-m", "hpcio.bench", "--data", ds.root, "--readers",
+                    "naive,coordinated,memory,coordinated:mechanism=nonblocking",
+                    "--cache", "cold,warm", "--shuffle", "none,global", "--batch", "16",
+                    "--repeat", "2", "--warmup-steps", "2", "--out", out], timeout=180)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    runs = doc["runs"]
+    whats = {r["what"] for r in runs}
+    assert {"seq", "random", "naive", "coordinated", "memory",
+            "coordinated:mechanism=nonblocking"} <= whats
+    for r in runs:
+        if "mb_s" not in r:
+            continue
+        assert r["resident"] < 0.05 if r["cache"] == "cold" else r["resident"] == 1.0
+        if r["what"] in ("naive", "coordinated", "memory"):
+            per_epoch = (400 // (2 * 16)) * 2 * 16
+            assert r["records"] == per_epoch and r["bytes"] == per_epoch * 784
+            assert r["mb_s"] > 0 and r["x_seq"] > 0
+    assert "read_ahead_kb" in doc["meta"]["datasets"][ds.root.rsplit("/", 1)[-1]]
+    assert "x seq" in p.stdout and "coordinated" in p.stdout
+    assert len([r for r in doc["summary"] if r["what"] == "random"]) == 2  # global only

@@ -1,0 +1,151 @@
+"""Readers: every format and shuffle mode delivers every record exactly once across real
+MPI ranks, with the source bytes, and naive / coordinated / memory give identical per-rank
+sequences; bad input ends every rank with one line."""
+
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from hpcio.dataset import RecordIndex
+from hpcio.errors import HpcioError
+from hpcio.readers import READERS, make_reader
+from hpcio.readers.assemble import clusters, copy_records, gather, layout, merge_runs
+
+from common.datasets import error_lines, make_dataset
+from common.mpi import run_mpi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CHECK = os.path.join(HERE, "mpi", "check_readers.py")
+BENCH = ["-m", "hpcio.bench"]
+
+# one dataset per format (odd record counts: drop_last and padding both matter)
+SETS = [("lmdb", "raw", 61), ("hdf5", "png", 61), ("images", "jpeg", 47), ("packed", "raw", 61),
+        ("packed", "jpeg", 53)]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.getbasetemp() / "readers-data"
+    return [make_dataset(root, f, e, records=n, shards=2, seed=1).root for f, e, n in SETS]
+
+
+def digests(stdout):
+    return re.findall(r"^DIGEST .*$", stdout, flags=re.M)
+
+
+def check(n, data, readers, *extra):
+    p = run_mpi(n, [CHECK, "--data", *data, "--readers", readers, *extra], timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert re.search(r"^OK \d+ checks$", p.stdout, flags=re.M), p.stdout
+    return digests(p.stdout)
+
+
+def test_registry():
+    assert {"naive", "coordinated", "memory"} <= set(READERS)
+    with pytest.raises(HpcioError, match="unknown reader 'bogus'"):
+        make_reader("bogus", None, None)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_every_format_exactly_once_same_bytes_same_sequence(data, n):
+    """check_readers.py asserts, on every rank: ids = the plan, labels and bytes = the
+    source records, every reader's sequence identical; on rank 0: each epoch covers the
+    epoch order exactly once (drop_last) or every record with the stated padding."""
+    d = check(n, data, "naive,coordinated,memory,coordinated:mechanism=nonblocking,"
+                       "coordinated:collective=true:sieve_gap=0,coordinated:prefetch=0",
+              "--batch", "3", "--early-stop", "2")
+    assert len(d) == len(SETS) * 3 * 2 * 2  # datasets x shuffles x drop_last x epochs
+    by = {tuple(x.split()[1:5]): x.split()[5] for x in d}
+    for name in {k[0] for k in by}:
+        # different epochs differ when shuffled, and not when not
+        assert by[(name, "none", "1", "0")] == by[(name, "none", "1", "1")]
+        for sh in ("chunk", "global"):
+            assert by[(name, sh, "1", "0")] != by[(name, sh, "1", "1")]
+
+
+def test_same_seed_same_order_across_runs(data):
+    """Two separate jobs (other reader variants, tiny requests) deliver the same sequences."""
+    a = check(2, data[:2], "coordinated,memory", "--batch", "3", "--drop-last", "yes")
+    b = check(2, data[:2], "coordinated:group_bytes=1:collective=true,naive",
+              "--batch", "3", "--drop-last", "yes")
+    assert a == b and len(a) == 2 * 3 * 2
+
+
+# ---- assembly helpers (pure) ------------------------------------------------------------
+@pytest.mark.parametrize("lengths", [[784] * 50, list(range(0, 5000, 97)),
+                                     [20000, 30000, 17000, 40000, 16384, 25000]])
+def test_gather_and_copy_records(lengths):
+    rng = np.random.default_rng(0)
+    src = rng.integers(0, 256, 600_000, dtype=np.uint8)
+    lengths = np.array(lengths, dtype=np.int64)
+    starts = rng.integers(0, 300_000, len(lengths))
+    starts[3:6] = starts[2] + np.cumsum(lengths[2:5])  # some neighbours: runs get merged
+    out = np.zeros(int(lengths.sum()) + 7, np.uint8)
+    off = gather(src, starts, lengths, out)
+    want = b"".join(src[s:s + n].tobytes() for s, n in zip(starts, lengths))
+    assert out[:off[-1]].tobytes() == want
+    # arbitrary destinations
+    perm = rng.permutation(len(lengths))
+    dst = layout(lengths[perm])[:-1][np.argsort(perm)]
+    out2 = np.zeros_like(out)
+    copy_records(src, starts, dst, lengths, out2)
+    want2 = b"".join(src[starts[k]:starts[k] + lengths[k]].tobytes() for k in perm)
+    assert out2[:len(want2)].tobytes() == want2
+
+
+def test_merge_runs_and_clusters():
+    s, d, n = merge_runs(np.array([0, 10, 20, 50]), np.array([0, 10, 20, 30]),
+                         np.array([10, 10, 10, 5]))
+    assert s.tolist() == [0, 50] and d.tolist() == [0, 30] and n.tolist() == [30, 5]
+    start, length, pos = clusters(np.array([0, 10, 100, 1000]), np.array([5, 5, 5, 5]), 90)
+    assert start.tolist() == [0, 1000] and length.tolist() == [105, 5]
+    assert pos.tolist() == [0, 10, 100, 105]
+
+
+# ---- bad input: one line, non-zero exit, every rank ends ---------------------------------
+def broken_copy(tmp_path, data, how):
+    src = data[3]  # packed raw, 2 shards
+    dst = tmp_path / f"broken-{how}"
+    shutil.copytree(src, dst)
+    idx = RecordIndex.load(os.path.join(dst, "index.npz"))
+    shard = os.path.join(dst, idx.files[1])
+    if how == "truncated":
+        with open(shard, "r+b") as f:
+            f.truncate(os.path.getsize(shard) - 100)
+    elif how == "missing":
+        os.unlink(shard)
+    elif how == "offset":
+        idx.offset[-1] = idx.file_bytes[idx.file[-1]] + 4096
+        idx.save(os.path.join(dst, "index.npz"))
+    elif how == "checksum":
+        with open(shard, "r+b") as f:
+            f.seek(10)
+            b = f.read(1)
+            f.seek(10)
+            f.write(bytes([b[0] ^ 0xFF]))
+    return str(dst)
+
+
+@pytest.mark.parametrize("how,args,msg", [
+    ("truncated", [], r"bytes on disk, the index says"),
+    ("missing", [], r"shard file missing"),
+    ("offset", [], r"beyond the .*-byte file"),
+    ("checksum", ["--verify"], r"checksum mismatch"),
+    (None, ["--batch", "40"], r"batch size 40 is larger than the 30 records per rank"),
+    (None, ["--readers", "bogus"], r"unknown reader 'bogus'"),
+])
+def test_bad_input_one_line_every_rank_ends(tmp_path, data, how, args, msg):
+    root = broken_copy(tmp_path, data, how) if how else data[3]
+    base = ["--data", root, "--readers", "coordinated", "--cache", "asis", "--shuffle",
+            "none", "--repeat", "1", "--batch", "4", "--limits", "seq",
+            "--out", str(tmp_path / "b.json")]
+    p = run_mpi(2, BENCH + base + args, timeout=60)
+    assert p.returncode != 0
+    lines = error_lines(p.stderr)
+    assert len(lines) == 1, p.stderr
+    assert re.search(msg, lines[0]), lines[0]
+    assert lines[0].startswith("hpcio.bench: error")
+    assert not os.path.exists(tmp_path / "b.json")
