@@ -17,7 +17,9 @@ storage can deliver, does the reader keep the (emulated) accelerators busy? Step
    (f x BW)``, so the ranks together *demand* ``f x BW`` when never stalled.
 4. ``mpiexec -n 2 python -m hpcio.train --model emulate --compute-time t --cache cold``
    with the naive and the coordinated reader, interleaved (naive, coordinated, naive, ...),
-   ``--repeats`` times; each run's AU, MiB/s and stall come from its summary.json
+   for each ``--shuffles`` order (chunk: blocks of neighbours; global: a full permutation),
+   ``--repeats`` times, each run started only once the CPUs and disks have been idle for
+   a second (``--wait-quiet``: other jobs' I/O on a shared VM would count as ours); each run's AU, MiB/s and stall come from its summary.json
    (definitions in :mod:`hpcio.metrics`: AU = compute / wall, first step of each epoch
    excluded, mean over ranks).
 
@@ -74,18 +76,46 @@ def loadavg():
         return float(f.read().split()[0])
 
 
+def _busy():
+    """(busy jiffies, total jiffies, sectors read on all disks) right now."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    sectors = 0
+    with open("/proc/diskstats") as f:
+        for line in f:
+            p = line.split()
+            if os.path.exists(f"/sys/block/{p[2]}") and not p[2].startswith(("loop", "ram")):
+                sectors += int(p[5])
+    return sum(v) - v[3] - v[4], sum(v), sectors
+
+
+def wait_quiet(max_wait, cpu=0.25, disk_mib_s=5.0):
+    """Wait (up to ``max_wait`` s) for a second with the CPUs < ``cpu`` busy and the
+    disks reading < ``disk_mib_s``: other jobs' I/O on a shared VM would be measured as
+    ours. Returns (cpu busy fraction, disk MiB/s) of the last second looked at."""
+    t = time.monotonic()
+    while True:
+        b0, t0, s0 = _busy()
+        time.sleep(1.0)
+        b1, t1, s1 = _busy()
+        c, d = (b1 - b0) / max(1, t1 - t0), (s1 - s0) * 512 / 2 ** 20
+        if (c < cpu and d < disk_mib_s) or time.monotonic() - t > max_wait:
+            return c, d
+
+
 def mpiexec():
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     return os.environ.get("MPIEXEC") or (here if os.path.exists(here) else "mpiexec")
 
 
-def train(a, ds, reader, compute, out):
+def train(a, ds, reader, compute, out, shuffle):
     cmd = [mpiexec(), "-n", str(a.ranks), sys.executable, "-m", "hpcio.train",
            "--data", ds.root, "--model", "emulate", "--compute-time", f"{compute:.6f}",
            "--reader", reader, "--cache", "cold", "--batch", str(a.batch),
-           "--epochs", str(a.epochs), "--shuffle", a.shuffle, "--out", out,
+           "--epochs", str(a.epochs), "--shuffle", shuffle, "--out", out,
            "--progress", "off"] + a.extra
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    quiet = wait_quiet(a.wait_quiet) if a.wait_quiet else (None, None)
     l0 = loadavg()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if p.returncode:
@@ -98,7 +128,8 @@ def train(a, ds, reader, compute, out):
             "samples_s": m["samples_per_s"], "stall": m["stall_percent"],
             "fetch": m["fetch_percent"], "prep": m["prep_percent"],
             "disk_mib": s["disk_read_bytes"] / 2 ** 20, "train_s": s["train_s"],
-            "load_before": l0, "load_after": loadavg(), "run": out}
+            "load_before": l0, "load_after": loadavg(), "idle_cpu_busy": quiet[0],
+            "idle_disk_mib_s": quiet[1], "run": out}
 
 
 def _med(xs):
@@ -115,7 +146,10 @@ def main(argv=None):
     p.add_argument("--records", type=int, default=4096, help="records (192 KiB each)")
     p.add_argument("--batch", type=int, default=64, help="records per rank per step")
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--shuffle", default="global", choices=("none", "global", "chunk"))
+    p.add_argument("--shuffles", nargs="+", default=["chunk", "global"],
+                   choices=("none", "global", "chunk"))
+    p.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
+                   help="before each run wait up to S s for idle CPUs and disks (0: no)")
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--fractions", type=float, nargs="+", default=[0.5, 0.8])
     p.add_argument("--readers", nargs="+", default=["naive", "coordinated"])
@@ -151,41 +185,47 @@ def main(argv=None):
     stamp = time.strftime("%Y%m%d-%H%M%S")
     results = []
     for rep in range(a.repeats):
-        for f in a.fractions:
-            readers = a.readers if rep % 2 == 0 else list(reversed(a.readers))
-            for r in readers:
-                out = os.path.join(a.dir, f"{stamp}-f{f}-{r}-{rep}")
-                res = train(a, ds, r, compute[f], out)
-                res.update(fraction=f, compute_s=compute[f], repeat=rep)
-                results.append(res)
-                print(f"  f={f:.2f} {r:<12} AU {res['au']:5.1f}%  {res['mib_s']:7.1f} MiB/s"
-                      f"  stall {res['stall']:5.1f}%  load {res['load_before']:.1f}"
-                      f"->{res['load_after']:.1f}", flush=True)
+        for sh in a.shuffles:
+            for f in a.fractions:
+                readers = a.readers if rep % 2 == 0 else list(reversed(a.readers))
+                for r in readers:
+                    out = os.path.join(a.dir, f"{stamp}-{sh}-f{f}-{r}-{rep}")
+                    res = train(a, ds, r, compute[f], out, sh)
+                    res.update(fraction=f, compute_s=compute[f], repeat=rep, shuffle=sh)
+                    results.append(res)
+                    print(f"  {sh:<6} f={f:.2f} {r:<12} AU {res['au']:5.1f}%  "
+                          f"{res['mib_s']:7.1f} MiB/s  stall {res['stall']:5.1f}%  "
+                          f"idle before: cpu {res['idle_cpu_busy'] or 0:.2f} disk "
+                          f"{res['idle_disk_mib_s'] or 0:.1f} MiB/s", flush=True)
 
     lines = ["", f"emulated training, {a.ranks} ranks, batch {a.batch}/rank, "
-             f"{a.epochs} epochs, cold cache before each, {a.format} raw 192 KiB records, "
-             f"{a.shuffle} shuffle; storage BW (cold sequential) {BW / 2 ** 20:.0f} MiB/s",
-             f"{'demand':>7} {'compute/step':>12} {'reader':<12} {'AU % (min-max)':>20} "
-             f"{'MiB/s':>8} {'stall %':>8} {'fetch %':>8}"]
+             f"{a.epochs} epochs, cold cache before each, {a.format} raw 192 KiB records; "
+             f"storage BW (cold sequential) {BW / 2 ** 20:.0f} MiB/s; median of "
+             f"{a.repeats} interleaved runs",
+             f"{'shuffle':<7} {'demand':>6} {'compute/step':>12} {'reader':<12} "
+             f"{'AU % (min-max)':>20} {'MiB/s':>8} {'stall %':>8} {'fetch %':>8}"]
     table = []
-    for f in a.fractions:
-        for r in a.readers:
-            rs = [x for x in results if x["fraction"] == f and x["reader"] == r]
-            au, lo, hi = _med([x["au"] for x in rs])
-            row = {"fraction": f, "compute_s": compute[f], "reader": r, "au_median": au,
-                   "au_min": lo, "au_max": hi,
-                   "mib_s_median": statistics.median(x["mib_s"] for x in rs),
-                   "stall_median": statistics.median(x["stall"] for x in rs),
-                   "fetch_median": statistics.median(x["fetch"] for x in rs)}
-            table.append(row)
-            lines.append(f"{f * 100:6.0f}% {compute[f] * 1e3:9.1f} ms {r:<12} "
-                         f"{au:8.1f} ({lo:.1f}-{hi:.1f}) {row['mib_s_median']:8.1f} "
-                         f"{row['stall_median']:8.1f} {row['fetch_median']:8.1f}")
-    coord = [t for t in table if t["reader"] == "coordinated"]
-    if coord:
-        ok = all(t["au_median"] >= 95 for t in coord)
-        lines.append(f"target AU >= 95% for coordinated at every demand: "
-                     f"{'met' if ok else 'NOT met'}")
+    for sh in a.shuffles:
+        for f in a.fractions:
+            for r in a.readers:
+                rs = [x for x in results if x["fraction"] == f and x["reader"] == r
+                      and x["shuffle"] == sh]
+                au, lo, hi = _med([x["au"] for x in rs])
+                row = {"shuffle": sh, "fraction": f, "compute_s": compute[f], "reader": r,
+                       "au_median": au, "au_min": lo, "au_max": hi,
+                       "mib_s_median": statistics.median(x["mib_s"] for x in rs),
+                       "stall_median": statistics.median(x["stall"] for x in rs),
+                       "fetch_median": statistics.median(x["fetch"] for x in rs)}
+                table.append(row)
+                lines.append(f"{sh:<7} {f * 100:5.0f}% {compute[f] * 1e3:9.1f} ms {r:<12} "
+                             f"{au:8.1f} ({lo:.1f}-{hi:.1f}) {row['mib_s_median']:8.1f} "
+                             f"{row['stall_median']:8.1f} {row['fetch_median']:8.1f}")
+    for sh in a.shuffles:
+        coord = [t for t in table if t["reader"] == "coordinated" and t["shuffle"] == sh]
+        if coord:
+            ok = all(t["au_median"] >= 95 for t in coord)
+            lines.append(f"target AU >= 95% for coordinated at every demand ({sh} shuffle): "
+                         f"{'met' if ok else 'NOT met'}")
     print("\n".join(lines))
     if a.json:
         with open(a.json, "w") as fh:
