@@ -92,15 +92,18 @@ def _busy():
 def wait_quiet(max_wait, cpu=0.25, disk_mib_s=5.0):
     """Wait (up to ``max_wait`` s) for a second with the CPUs < ``cpu`` busy and the
     disks reading < ``disk_mib_s``: other jobs' I/O on a shared VM would be measured as
-    ours. Returns (cpu busy fraction, disk MiB/s) of the last second looked at."""
+    ours. Returns (cpu busy fraction, disk MiB/s) of the last second looked at, and
+    whether it was quiet."""
     t = time.monotonic()
     while True:
         b0, t0, s0 = _busy()
         time.sleep(1.0)
         b1, t1, s1 = _busy()
         c, d = (b1 - b0) / max(1, t1 - t0), (s1 - s0) * 512 / 2 ** 20
-        if (c < cpu and d < disk_mib_s) or time.monotonic() - t > max_wait:
-            return c, d
+        if c < cpu and d < disk_mib_s:
+            return c, d, True
+        if time.monotonic() - t > max_wait:
+            return c, d, False
 
 
 def mpiexec():
@@ -115,7 +118,7 @@ def train(a, ds, reader, compute, out, shuffle):
            "--epochs", str(a.epochs), "--shuffle", shuffle, "--out", out,
            "--progress", "off"] + a.extra
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    quiet = wait_quiet(a.wait_quiet) if a.wait_quiet else (None, None)
+    quiet = wait_quiet(a.wait_quiet) if a.wait_quiet else (None, None, True)
     l0 = loadavg()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if p.returncode:
@@ -129,7 +132,7 @@ def train(a, ds, reader, compute, out, shuffle):
             "fetch": m["fetch_percent"], "prep": m["prep_percent"],
             "disk_mib": s["disk_read_bytes"] / 2 ** 20, "train_s": s["train_s"],
             "load_before": l0, "load_after": loadavg(), "idle_cpu_busy": quiet[0],
-            "idle_disk_mib_s": quiet[1], "run": out}
+            "idle_disk_mib_s": quiet[1], "quiet": quiet[2], "run": out}
 
 
 def _med(xs):
@@ -196,22 +199,27 @@ def main(argv=None):
                     print(f"  {sh:<6} f={f:.2f} {r:<12} AU {res['au']:5.1f}%  "
                           f"{res['mib_s']:7.1f} MiB/s  stall {res['stall']:5.1f}%  "
                           f"idle before: cpu {res['idle_cpu_busy'] or 0:.2f} disk "
-                          f"{res['idle_disk_mib_s'] or 0:.1f} MiB/s", flush=True)
+                          f"{res['idle_disk_mib_s'] or 0:.1f} MiB/s"
+                          + ("" if res["quiet"] else "  (not quiet: left out)"), flush=True)
 
     lines = ["", f"emulated training, {a.ranks} ranks, batch {a.batch}/rank, "
              f"{a.epochs} epochs, cold cache before each, {a.format} raw 192 KiB records; "
              f"storage BW (cold sequential) {BW / 2 ** 20:.0f} MiB/s; median of "
              f"{a.repeats} interleaved runs",
              f"{'shuffle':<7} {'demand':>6} {'compute/step':>12} {'reader':<12} "
-             f"{'AU % (min-max)':>20} {'MiB/s':>8} {'stall %':>8} {'fetch %':>8}"]
+             f"{'AU % (min-max)':>20} {'MiB/s':>8} {'stall %':>8} {'fetch %':>8} "
+             f"{'runs':>4}"]
     table = []
     for sh in a.shuffles:
         for f in a.fractions:
             for r in a.readers:
-                rs = [x for x in results if x["fraction"] == f and x["reader"] == r
-                      and x["shuffle"] == sh]
+                every = [x for x in results if x["fraction"] == f and x["reader"] == r
+                         and x["shuffle"] == sh]
+                # runs that began while other jobs used the CPUs or disks are left out
+                rs = [x for x in every if x["quiet"]] or every
                 au, lo, hi = _med([x["au"] for x in rs])
                 row = {"shuffle": sh, "fraction": f, "compute_s": compute[f], "reader": r,
+                       "runs": len(rs), "runs_left_out": len(every) - len(rs),
                        "au_median": au, "au_min": lo, "au_max": hi,
                        "mib_s_median": statistics.median(x["mib_s"] for x in rs),
                        "stall_median": statistics.median(x["stall"] for x in rs),
@@ -219,7 +227,8 @@ def main(argv=None):
                 table.append(row)
                 lines.append(f"{sh:<7} {f * 100:5.0f}% {compute[f] * 1e3:9.1f} ms {r:<12} "
                              f"{au:8.1f} ({lo:.1f}-{hi:.1f}) {row['mib_s_median']:8.1f} "
-                             f"{row['stall_median']:8.1f} {row['fetch_median']:8.1f}")
+                             f"{row['stall_median']:8.1f} {row['fetch_median']:8.1f} "
+                             f"{len(rs):>4}")
     for sh in a.shuffles:
         coord = [t for t in table if t["reader"] == "coordinated" and t["shuffle"] == sh]
         if coord:

@@ -211,11 +211,14 @@ class StopVote:
 
     Each step every rank posts a nonblocking MAX-allreduce of its local flag and completes
     the one it posted ``lag`` steps earlier; every rank thus acts on the same vote at the
-    same step. Ranks may drift apart by up to ``lag`` steps before a fast one waits in the
-    vote. Uses its own duplicate of the communicator, so it never mixes with the readers'
+    same step, ``lag`` steps after the signal. Ranks may drift apart by up to ``lag``
+    steps before a fast one waits in the vote: large enough that the vote does not couple
+    ranks that training itself does not couple (the emulated model has no allreduce; DDP
+    couples them every step anyway), small enough to stop well within Slurm's KillWait.
+    Uses its own duplicate of the communicator, so it never mixes with the readers'
     collectives. :meth:`settle` completes the outstanding votes (at an epoch's end)."""
 
-    def __init__(self, comm, lag=2):
+    def __init__(self, comm, lag=8):
         self.comm = comm.Dup() if comm is not None and comm.size > 1 else None
         self.lag = max(0, int(lag))
         self.pending = collections.deque()
