@@ -284,14 +284,14 @@ def _fmt(v, spec):
 
 
 def table(rows):
-    head = (f"{'dataset':<22} {'cache':<5} {'shuffle':<7} {'what':<34} {'rec/s/rank':>11} "
+    head = (f"{'dataset':<22} {'cache':<5} {'shuffle':<7} {'what':<44} {'rec/s/rank':>11} "
             f"{'MB/s':>8} {'x seq [min..max]':>20} {'dev/rec':>7} {'stall s':>8} {'res':>5}")
     lines = [head, "-" * len(head)]
     for r in rows:
         m, lo, hi = r["x_seq"]
         ratio = f"{_fmt(m, '.2f')} [{_fmt(lo, '.2f')}..{_fmt(hi, '.2f')}]"
         lines.append(f"{r['dataset'][:22]:<22} {r['cache']:<5} {r['shuffle']:<7} "
-                     f"{r['what'][:34]:<34} {_fmt(r['rec_s_rank'][0], ',.0f'):>11} "
+                     f"{r['what'][:44]:<44} {_fmt(r['rec_s_rank'][0], ',.0f'):>11} "
                      f"{_fmt(r['mb_s'][0], ',.0f'):>8} {ratio:>20} "
                      f"{_fmt(r['amplification'][0], '.2f'):>7} "
                      f"{_fmt(r['stall_s'][0], '.3f'):>8} {_fmt(r['resident'][0], '.2f'):>5}")
