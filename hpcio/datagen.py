@@ -543,7 +543,7 @@ def _cmd_import(a, comm):
     ds = importers.import_data(a.kind, a.src, a.out, format=a.format, encoding=a.encoding,
                                shards=a.shards, split=a.split, force=a.force, comm=comm,
                                progress=_progress_default(a.progress),
-                               shape=a.shape, chunk_records=a.chunk_records, quality=a.quality)
+                               chunk_records=a.chunk_records, quality=a.quality)
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 
