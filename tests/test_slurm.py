@@ -1,0 +1,63 @@
+"""hpcio under a real Slurm (``srun --mpi=pmi2``): the way users launch it on clusters.
+
+Runs when ``srun`` reaches a controller with an idle node (``scripts/slurm-local.sh start``
+brings up a one-node Slurm; .ci/run does so when it is root), and is skipped otherwise.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.common.datasets import make_dataset
+
+
+def _slurm_up():
+    if not shutil.which("srun") or not shutil.which("sinfo"):
+        return "srun not installed"
+    try:
+        p = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
+                           timeout=10)
+    except subprocess.TimeoutExpired:
+        return "slurmctld does not answer"
+    states = p.stdout.split()
+    if p.returncode or not any(s.startswith(("idle", "mix")) for s in states):
+        return f"no idle Slurm node ({p.stdout.strip() or p.stderr.strip()})"
+    return None
+
+
+why = _slurm_up()
+pytestmark = pytest.mark.skipif(why is not None, reason=f"no Slurm here: {why}")
+
+
+def _srun(n, args, timeout=180, env=None):
+    cmd = ["srun", "--mpi=pmi2", "-n", str(n), "-O", "--kill-on-bad-exit=1",
+           sys.executable] + [str(a) for a in args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+
+
+def test_train_under_srun_is_one_mpi_world(tmp_path):
+    ds = make_dataset(str(tmp_path), "lmdb", "png", preset="mnist", records=256, shards=2)
+    out = tmp_path / "run"
+    p = _srun(2, ["-m", "hpcio.train", "--data", ds.root, "--reader", "coordinated",
+                  "--model", "lenet", "--batch", "16", "--steps", "4", "--out", out])
+    assert p.returncode == 0, p.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["ranks"] == 2
+    env = json.loads((out / "env.json").read_text())
+    assert env["slurm_job_id"] and env["slurm"]["SLURM_NTASKS"] == "2"
+    assert {"rank-0.json", "rank-0.npz", "rank-1.json", "rank-1.npz",
+            "summary.json"} <= set(os.listdir(out))
+
+
+def test_error_on_one_rank_ends_the_srun_job(tmp_path):
+    ds = make_dataset(str(tmp_path), "packed", "raw", preset="mnist", records=256, shards=2)
+    p = _srun(2, ["-m", "hpcio.train", "--data", ds.root, "--model", "emulate",
+                  "--compute-time", "0.01", "--batch", "8", "--out", tmp_path / "run"],
+              timeout=60, env={"HPCIO_FAULT": "1:2"})
+    assert p.returncode != 0
+    assert "rank 1" in p.stderr
