@@ -5,7 +5,9 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-__all__ = ["Batch", "ReaderStats", "Reader", "READERS", "register", "faults"]
+from ..fsutil import aligned_empty
+
+__all__ = ["Batch", "ReaderStats", "Reader", "BufferRing", "READERS", "register", "faults"]
 
 
 @dataclass
@@ -79,6 +81,30 @@ def faults():
     """(minor, major) page faults of this process so far."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_minflt, r.ru_majflt
+
+
+class BufferRing:
+    """``slots`` page-aligned buffers used in turn and grown on demand (by ``slack``):
+    the data of a batch in slot ``k`` stays valid until slot ``k`` is taken again."""
+
+    def __init__(self, slots, slack=1.0, least=1):
+        self.bufs = [None] * int(slots)
+        self.slack, self.least = slack, least
+
+    def __len__(self):
+        return len(self.bufs)
+
+    def __getitem__(self, k):
+        return self.bufs[k]
+
+    def take(self, k, nbytes):
+        buf = self.bufs[k]
+        if buf is None or len(buf) < nbytes:
+            buf = self.bufs[k] = aligned_empty(max(int(nbytes * self.slack), self.least))
+        return buf
+
+    def clear(self):
+        self.bufs = [None] * len(self.bufs)
 
 
 class Reader:

@@ -62,7 +62,7 @@ from ..errors import HpcioError
 from ..fsutil import aligned_empty
 from ..hints import mpi_info
 from .assemble import clusters, copy_records, layout, merge_runs
-from .base import Batch, Reader, faults, register
+from .base import Batch, BufferRing, Reader, faults, register
 
 __all__ = ["CoordinatedReader", "MECHANISMS", "MAX_MPI_FILES"]
 
@@ -130,7 +130,7 @@ class CoordinatedReader(Reader):
         # 1.25x of sequential, chunk shuffle, cold) than one read per record, so big
         # records' holes (wider than 32 KiB) are skipped
         self.sieve_gap = int(32 << 10 if sieve_gap is None else sieve_gap)
-        self._ring = [None] * (self.prefetch + 1)
+        self._ring = BufferRing(self.prefetch + 1, slack=1.25, least=4096)
         self._stage = [None] * (self.prefetch + 1)
         self._fh = []
         self._scratch = aligned_empty(1)
@@ -198,11 +198,6 @@ class CoordinatedReader(Reader):
             G = self.comm.allreduce(G, op=_mpi().MAX)
         return G
 
-    def _buffer(self, slot, nbytes):
-        buf = self._ring[slot]
-        if buf is None or len(buf) < nbytes:
-            buf = self._ring[slot] = aligned_empty(max(int(nbytes * 1.25), 4096))
-        return buf
 
     # ---- the epoch ----------------------------------------------------------------
     def _prepare(self, plan):
@@ -375,7 +370,7 @@ class CoordinatedReader(Reader):
         self.stats.io_s += time.perf_counter() - t0
 
     def _read(self, r, files, nonblocking):
-        buf = self._buffer(r.slot, r.off[-1])
+        buf = self._ring.take(r.slot, r.off[-1])
         t0 = time.perf_counter()
         r.t0 = t0
         if self.filewise:
@@ -566,7 +561,7 @@ class CoordinatedReader(Reader):
             except Exception:
                 pass
             self.comm = None
-        self._ring = [None] * (self.prefetch + 1)
+        self._ring = BufferRing(self.prefetch + 1, slack=1.25, least=4096)
         self._stage = [None] * (self.prefetch + 1)
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import HpcioError
 from ..fsutil import aligned_empty
 from .assemble import gather
-from .base import Batch, Reader, faults, register
+from .base import Batch, BufferRing, Reader, faults, register
 
 __all__ = ["MemoryReader", "load_files"]
 
@@ -96,13 +96,7 @@ class MemoryReader(Reader):
         f1 = faults()
         self.stats.extra["load_minflt"] = f1[0] - f0[0]
         self.stats.extra["load_majflt"] = f1[1] - f0[1]
-        self._ring = [None, None]
-
-    def _buffer(self, k, nbytes):
-        buf = self._ring[k]
-        if buf is None or len(buf) < nbytes:
-            buf = self._ring[k] = aligned_empty(max(nbytes, 1))
-        return buf
+        self._ring = BufferRing(2)
 
     def epoch(self, plan):
         """Yield this rank's batches of ``plan`` from RAM (two alternating buffers: a
@@ -114,7 +108,7 @@ class MemoryReader(Reader):
                 t0 = time.perf_counter()
                 ids = plan.step(s)
                 lengths = idx.length[ids]
-                buf = self._buffer(s & 1, int(lengths.sum()))
+                buf = self._ring.take(s & 1, int(lengths.sum()))
                 off = gather(self.mem, self._start[ids], lengths, buf)
                 b = Batch(s, ids, buf[:off[-1]], off, idx.label[ids])
                 dt = time.perf_counter() - t0
@@ -131,4 +125,4 @@ class MemoryReader(Reader):
 
     def close(self):
         self.mem = None
-        self._ring = [None, None]
+        self._ring.clear()

@@ -15,9 +15,8 @@ import time
 import numpy as np
 
 from ..errors import HpcioError
-from ..fsutil import aligned_empty
 from .assemble import layout
-from .base import Batch, Reader, faults, register
+from .base import Batch, BufferRing, Reader, faults, register
 
 __all__ = ["NaiveReader"]
 
@@ -40,13 +39,7 @@ class NaiveReader(Reader):
             raise HpcioError(f"{dataset.root}: unknown format {dataset.format!r}",
                              everywhere=True)
         self.native = fmt.open_native(dataset)
-        self._ring = [None, None]
-
-    def _buffer(self, k, nbytes):
-        buf = self._ring[k]
-        if buf is None or len(buf) < nbytes:
-            buf = self._ring[k] = aligned_empty(max(nbytes, 1))
-        return buf
+        self._ring = BufferRing(2)
 
     def epoch(self, plan):
         """Yield this rank's batches of ``plan``: one ``native.get`` per record."""
@@ -58,7 +51,7 @@ class NaiveReader(Reader):
                 t0 = clock()
                 ids = plan.step(s)
                 off = layout(idx.length[ids])
-                buf = self._buffer(s & 1, int(off[-1]))
+                buf = self._ring.take(s & 1, int(off[-1]))
                 io = 0.0
                 for k, i in enumerate(ids.tolist()):
                     a = clock()
@@ -86,4 +79,4 @@ class NaiveReader(Reader):
         native, self.native = getattr(self, "native", None), None
         if native is not None:
             native.close()
-        self._ring = [None, None]
+        self._ring.clear()
