@@ -209,51 +209,59 @@ class StopFlag:
 class StopVote:
     """Agree on stopping at the same step on every rank, without blocking every step.
 
-    Each step every rank posts a nonblocking MAX-allreduce of its local flag and completes
-    the one it posted ``lag`` steps earlier; every rank thus acts on the same vote at the
-    same step, ``lag`` steps after the signal. Ranks may drift apart by up to ``lag``
-    steps before a fast one waits in the vote: large enough that the vote does not couple
-    ranks that training itself does not couple (the emulated model has no allreduce; DDP
-    couples them every step anyway), small enough to stop well within Slurm's KillWait.
-    Uses its own duplicate of the communicator, so it never mixes with the readers'
-    collectives. :meth:`settle` completes the outstanding votes (at an epoch's end)."""
+    Every ``every`` steps each rank posts a nonblocking MAX-allreduce of its flag (raised
+    at any step since the last post) and completes the one it posted ``every`` steps
+    earlier; every rank thus acts on the same vote at the same step, at most
+    ``2 * every`` steps after the signal. Ranks may drift apart by up to ``every`` steps
+    before a fast one waits in the vote: the vote does not couple ranks that training
+    itself does not couple (the emulated model has no allreduce; DDP couples them every
+    step anyway). One vote is in flight at a time: MPICH 5.0.2 was seen to corrupt its heap
+    with eight nonblocking allreduces outstanding on one communicator. The vote uses its
+    own duplicate of the communicator, so it never mixes with the readers' collectives.
+    :meth:`settle` completes the vote in flight and takes one more (at an epoch's end)."""
 
-    def __init__(self, comm, lag=8):
+    def __init__(self, comm, every=4):
         self.comm = comm.Dup() if comm is not None and comm.size > 1 else None
-        self.lag = max(0, int(lag))
-        self.pending = collections.deque()
+        self.every = max(1, int(every))
+        self.count = 0
+        self.local = False
+        self.pending = None
+
+    def _finish(self):
+        if self.pending is None:
+            return False
+        req, _, r = self.pending
+        req.Wait()
+        self.pending = None
+        return bool(r[0])
 
     def poll(self, local):
-        """Post this step's vote; True when the ranks have agreed to stop."""
+        """Count a step with this rank's flag; True when the ranks have agreed to stop."""
+        self.local = self.local or bool(local)
         if self.comm is None:
-            return bool(local)
+            return self.local
+        self.count += 1
+        if self.count % self.every:
+            return False
         from mpi4py import MPI
-        send = np.array([1 if local else 0], dtype=np.int32)
+        stop = self._finish()
+        send = np.array([1 if self.local else 0], dtype=np.int32)
         recv = np.zeros(1, dtype=np.int32)
-        self.pending.append((self.comm.Iallreduce(send, recv, op=MPI.MAX), send, recv))
-        stop = False
-        while len(self.pending) > self.lag:
-            req, _, r = self.pending.popleft()
-            req.Wait()
-            stop = stop or bool(r[0])
+        self.pending = (self.comm.Iallreduce(send, recv, op=MPI.MAX), send, recv)
         return stop
 
     def settle(self, local):
-        """Complete every outstanding vote plus one more with ``local``: True if any
-        rank asked to stop (collective; the same answer on every rank)."""
+        """Complete the vote in flight and take one more with ``local``: True if any rank
+        asked to stop (collective; the same answer on every rank)."""
+        self.local = self.local or bool(local)
         if self.comm is None:
-            return bool(local)
+            return self.local
         from mpi4py import MPI
-        stop = False
-        while self.pending:
-            req, _, r = self.pending.popleft()
-            req.Wait()
-            stop = stop or bool(r[0])
-        return bool(self.comm.allreduce(1 if (local or stop) else 0, op=MPI.MAX))
+        stop = self._finish()
+        return bool(self.comm.allreduce(1 if (self.local or stop) else 0, op=MPI.MAX))
 
     def close(self):
         if self.comm is not None:
-            while self.pending:
-                self.pending.popleft()[0].Wait()
+            self._finish()
             self.comm.Free()
             self.comm = None

@@ -33,7 +33,8 @@ def test_torch_ddp_from_mpi(n):
         assert r["grad"] == [[pytest.approx(want)] * 3]
     # the stop vote: one rank asked at step 5, every rank stopped at the same step
     stops = {r["stopped"] for r in ranks}
-    assert len(stops) == 1 and stops.pop() == 5 + 2
+    # flag raised at step 5, sent with the vote posted at step 7, agreed at step 11
+    assert len(stops) == 1 and stops.pop() == 11
     # the votes still in flight carry the flag too: settling agrees on stopping
     assert all(r["settle"] is True for r in ranks)
 

@@ -175,6 +175,7 @@ def test_stopflag_and_single_rank_vote():
     finally:
         flag.restore()
     vote = StopVote(None)
-    assert vote.poll(False) is False and vote.poll(True) is True
-    assert vote.settle(False) is False
+    assert vote.poll(False) is False and vote.settle(False) is False
+    assert vote.poll(True) is True
+    assert vote.settle(False) is True  # a raised flag stays raised
     vote.close()

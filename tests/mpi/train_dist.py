@@ -23,7 +23,7 @@ def main(backend):
     model(x).sum().backward()
     grad = (model.module if hasattr(model, "module") else model).weight.grad
     # the stop vote: only the last rank raises its flag, at step 5; all must stop together
-    vote = StopVote(world.comm, lag=2)
+    vote = StopVote(world.comm, every=4)
     stopped = None
     for step in range(50):
         if vote.poll(world.rank == world.size - 1 and step >= 5):
