@@ -64,9 +64,8 @@ sys.path.insert(0, ROOT)
 from hpcio.cli import ArgumentParser  # noqa: E402
 from hpcio.dataset import is_dataset, open_dataset  # noqa: E402
 from hpcio.errors import HpcioError, guard  # noqa: E402
+from hpcio.cache import PIECE, read_file  # noqa: E402
 from hpcio.fsutil import aligned_empty, evict  # noqa: E402
-
-PIECE = 8 << 20
 
 
 def sequential_read(paths, cold=True):
@@ -75,19 +74,8 @@ def sequential_read(paths, cold=True):
         for p in paths:
             evict(p)
     buf = aligned_empty(PIECE)
-    view = memoryview(buf)
-    total = 0
     t = time.perf_counter()
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            while True:
-                n = os.readv(fd, [view])
-                if n <= 0:
-                    break
-                total += n
-        finally:
-            os.close(fd)
+    total = sum(read_file(p, buf) for p in paths)
     return time.perf_counter() - t, total
 
 
