@@ -4,18 +4,25 @@
         --cache cold,warm --shuffle none,chunk,global --batch 64 --repeat 3 [--hint k=v ...]
 
 For every dataset, cache state and shuffle mode, the runs are interleaved (limits, then
-reader A, B, C; again for every repeat) so that a slow minute of a shared VM hits all of
-them alike; the table gives medians and the spread (min..max) over the repeats.
+reader A, B, C; again for every repeat, the order rotated by one each repeat) so that a
+slow minute of a shared VM hits all of them alike, and so does the position in the
+sequence (on this VM the first cold read of a file after other work is often slower:
+the host caches the virtual disk); the table gives medians and the spread (min..max)
+over the repeats.
 
 Measured quantities (per run; ``t`` is the slowest rank's time from its first request
 to its last batch, because a step finishes when every rank has its batch):
 
 * ``rec/s/rank``: records of a rank / that rank's time, mean over ranks;
-* ``MB/s``: all ranks' record bytes / ``t`` (10^6 bytes); ``x seq``: that MB/s divided by
-  the ``seq`` limit measured in the same repeat and cache state;
-* ``seq``: a plain sequential read of the dataset's files by the same ranks (the files'
-  bytes split into one contiguous range per rank, 8 MiB ``readv`` into a page-aligned
-  buffer); ``seq-direct`` the same with ``O_DIRECT`` (when the file system allows it);
+* ``MB/s``: all ranks' record bytes / ``t`` (10^6 bytes);
+* ``seq``: the issue's "plain sequential read of the same files", like ``dd bs=8M``: one
+  stream, rank 0 reads every file start to end in 8 MiB ``preadv`` calls into a
+  page-aligned buffer while the other ranks wait (sleeping) at a barrier;
+  ``x seq`` = a reader's MB/s / ``seq`` MB/s of the same repeat and cache state;
+* ``seq-ranks``: every rank at once reads its contiguous share of the files laid end to
+  end (rank r of n the r-th 1/n): n far-apart streams; ``x ranks`` = MB/s / ``seq-ranks``;
+* ``seq-direct``: ``seq`` with ``O_DIRECT`` (``dd iflag=direct``; when the file system
+  allows it);
 * ``random`` (beside global shuffle, cold): one ``pread`` per record, in the global-shuffle
   plan's order, at most ``--random-records`` per rank — the floor of random access;
 * ``dev/rec``: bytes the block device read (``/proc/diskstats``, whole node, during the
@@ -27,6 +34,11 @@ Cold: every file is dropped from the page cache before each cold run (fdatasync 
 POSIX_FADV_DONTNEED on every node, and drop_caches with ``--drop-caches``), and readers
 are created after eviction (so LMDB maps nothing stale). On a VM the host's cache may
 still serve "cold" reads: cold figures are upper bounds. The JSON holds every run.
+
+Other work on the machine is measured as ours: ``--wait-quiet S`` starts each run only
+after a second in which the node's CPUs were < 15% busy and its disks idle (every rank of
+this job sleeping meanwhile), waiting up to S s; each run records that second (``quiet``)
+and the 1-minute load average before and after it (``loadavg``).
 """
 
 import json
@@ -93,14 +105,14 @@ def _ranges(sizes, rank, size):
     return out
 
 
-def _seq(ds, comm, direct=False, **_):
-    """Sequential read of this rank's contiguous share of the files' bytes."""
+def _read_ranges(ds, ranges, direct=False):
+    """Read ``ranges`` [(file k, start, end), ...] in 8 MiB ``preadv`` calls into one
+    page-aligned buffer; (bytes inside the ranges, calls)."""
     buf = aligned_empty(PIECE)
     mv = memoryview(buf)
     flags = os.O_RDONLY | (os.O_DIRECT if direct else 0)
     nbytes = calls = 0
-    t0 = time.perf_counter()
-    for k, a, b in _ranges(ds.index.file_bytes, comm.rank, comm.size):
+    for k, a, b in ranges:
         fd = os.open(ds.path(k), flags)
         try:
             pos = a - (a % 4096) if direct else a
@@ -113,14 +125,38 @@ def _seq(ds, comm, direct=False, **_):
                 pos += n
         finally:
             os.close(fd)
+    return nbytes, calls
+
+
+def _seq(ds, comm, direct=False, **_):
+    """One stream, like ``dd bs=8M``: rank 0 reads every file start to end, the other
+    ranks wait at a barrier; the time is from the common start to the barrier after it."""
+    nbytes = calls = 0
+    t0 = time.perf_counter()
+    if comm.rank == 0:
+        sizes = ds.index.file_bytes
+        nbytes, calls = _read_ranges(ds, [(k, 0, int(n)) for k, n in enumerate(sizes)],
+                                     direct)
+    idle_barrier(comm)
+    return {"records": 0, "bytes": nbytes, "seconds": time.perf_counter() - t0,
+            "calls": calls}
+
+
+def _seq_ranks(ds, comm, **_):
+    """Every rank at once reads its contiguous share of the files laid end to end (rank
+    ``r`` of ``n`` the ``r``-th ``1/n``): ``n`` far-apart streams."""
+    t0 = time.perf_counter()
+    nbytes, calls = _read_ranges(ds, _ranges(ds.index.file_bytes, comm.rank, comm.size))
     return {"records": 0, "bytes": nbytes, "seconds": time.perf_counter() - t0,
             "calls": calls}
 
 
 def _seq_direct(ds, comm, **kw):
+    """``seq`` with ``O_DIRECT`` (``dd iflag=direct``): the disk without the page cache."""
     try:
         return _seq(ds, comm, direct=True)
-    except OSError as e:
+    except OSError as e:  # on rank 0: the others wait in _seq's barrier
+        idle_barrier(comm)
         return {"skipped": f"O_DIRECT: {e.strerror}"}
 
 
@@ -146,7 +182,8 @@ def _random(ds, comm, plan=None, limit=2000, **_):
             "calls": len(ids)}
 
 
-LIMITS = {"seq": _seq, "seq-direct": _seq_direct, "random": _random}
+LIMITS = {"seq": _seq, "seq-ranks": _seq_ranks, "seq-direct": _seq_direct,
+          "random": _random}
 
 
 # ---- one run ------------------------------------------------------------------------
@@ -250,30 +287,87 @@ def _loadavg():
         return None
 
 
+def idle_barrier(comm, poll_s=0.002):
+    """A barrier that sleeps while it waits (MPICH's blocking barrier spins a core: on a
+    2-core machine that would be taken from the rank being timed)."""
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll_s)
+
+
+def _busy():
+    """(busy jiffies, all jiffies, sectors read by whole disks) of the machine now."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    sectors = 0
+    with open("/proc/diskstats") as f:
+        for line in f:
+            p = line.split()
+            if os.path.exists(f"/sys/block/{p[2]}") and not p[2].startswith(("loop", "ram")):
+                sectors += int(p[5])
+    return sum(v) - v[3] - v[4], sum(v), sectors
+
+
+def wait_quiet(comm, max_wait, cpu=0.15, disk_mib_s=5.0):
+    """Wait (up to ``max_wait`` s) for one second in which the machine's CPUs are less
+    than ``cpu`` busy (fraction of all cores) and its disks read less than ``disk_mib_s``,
+    while every rank of this job sleeps: other jobs' CPU or I/O would be measured as ours.
+    Checks once a second for 20 s, then every 20 s. Returns, on every rank, a dict: the
+    last second's ``cpu`` and ``disk_mib_s``, ``quiet`` (whether it was), ``waited_s``."""
+    out = None
+    if comm.rank == 0:
+        t, k = time.monotonic(), 0
+        while True:
+            b0, a0, s0 = _busy()
+            time.sleep(1.0)
+            b1, a1, s1 = _busy()
+            c, d = (b1 - b0) / max(1, a1 - a0), (s1 - s0) * 512 / 2 ** 20
+            waited = time.monotonic() - t
+            if (c < cpu and d < disk_mib_s) or waited > max_wait:
+                out = {"cpu": round(c, 3), "disk_mib_s": round(d, 1),
+                       "quiet": bool(c < cpu and d < disk_mib_s), "waited_s": round(waited, 1)}
+                break
+            k += 1
+            if k >= 20:
+                time.sleep(19.0)
+    idle_barrier(comm)
+    return comm.bcast(out, root=0)
+
+
 # ---- the table ----------------------------------------------------------------------
 def _med(xs):
     xs = [x for x in xs if x is not None]
     return (statistics.median(xs), min(xs), max(xs)) if xs else (None, None, None)
 
 
+#: the ratio columns: key in a run / summary row -> the limit it divides by
+RATIOS = {"x_seq": "seq", "x_seq_ranks": "seq-ranks"}
+
+
 def summarise(runs):
-    """Median and spread per (dataset, cache, shuffle, what), with ratios to ``seq`` of
-    the same repeat."""
-    seq = {(r["dataset"], r["cache"], r["shuffle"], r["repeat"]): r.get("mb_s")
-           for r in runs if r["what"] == "seq" and "mb_s" in r}
+    """Median and spread per (dataset, cache, shuffle, what), with ratios to the limits of
+    the same repeat: ``x_seq`` to ``seq`` (one sequential stream, ``dd bs=8M``),
+    ``x_seq_ranks`` to ``seq-ranks`` (every rank its contiguous share at once)."""
+    lim = {}
+    for r in runs:
+        if r["what"] in RATIOS.values() and "mb_s" in r:
+            lim[(r["dataset"], r["cache"], r["shuffle"], r["repeat"], r["what"])] = r["mb_s"]
     groups = {}
     for r in runs:
         if "mb_s" not in r:
             continue
         key = (r["dataset"], r["cache"], r["shuffle"], r["what"])
-        s = seq.get((r["dataset"], r["cache"], r["shuffle"], r["repeat"]))
-        r["x_seq"] = r["mb_s"] / s if s else None
+        for col, what in RATIOS.items():
+            s = lim.get((r["dataset"], r["cache"], r["shuffle"], r["repeat"], what))
+            r[col] = r["mb_s"] / s if s else None
         groups.setdefault(key, []).append(r)
     rows = []
     for key, rs in groups.items():
         row = dict(zip(("dataset", "cache", "shuffle", "what"), key))
-        for k in ("rec_s_rank", "mb_s", "x_seq", "stall_s", "amplification", "resident"):
+        for k in ("rec_s_rank", "mb_s", *RATIOS, "stall_s", "amplification", "resident"):
             row[k] = _med([r.get(k) for r in rs])
+        row["load"] = _med([r["loadavg"][0] for r in rs if r.get("loadavg")
+                            and r["loadavg"][0] is not None])
         row["n"] = len(rs)
         rows.append(row)
     return rows
@@ -283,18 +377,28 @@ def _fmt(v, spec):
     return "-" if v is None else format(v, spec)
 
 
+def _ratio(t):
+    m, lo, hi = t
+    return f"{_fmt(m, '.2f')} [{_fmt(lo, '.2f')}..{_fmt(hi, '.2f')}]"
+
+
 def table(rows):
-    head = (f"{'dataset':<22} {'cache':<5} {'shuffle':<7} {'what':<44} {'rec/s/rank':>11} "
-            f"{'MB/s':>8} {'x seq [min..max]':>20} {'dev/rec':>7} {'stall s':>8} {'res':>5}")
+    """The summary as text: ``x seq`` against one sequential stream (``seq``), ``x ranks``
+    against every rank reading its share at once (``seq-ranks``)."""
+    head = (f"{'dataset':<22} {'cache':<5} {'shuffle':<7} {'what':<40} {'rec/s/rank':>11} "
+            f"{'MB/s':>8} {'x seq [min..max]':>19} {'x ranks [min..max]':>19} "
+            f"{'dev/rec':>7} {'stall s':>8} {'res':>5} {'load':>5}")
     lines = [head, "-" * len(head)]
     for r in rows:
-        m, lo, hi = r["x_seq"]
-        ratio = f"{_fmt(m, '.2f')} [{_fmt(lo, '.2f')}..{_fmt(hi, '.2f')}]"
         lines.append(f"{r['dataset'][:22]:<22} {r['cache']:<5} {r['shuffle']:<7} "
-                     f"{r['what'][:44]:<44} {_fmt(r['rec_s_rank'][0], ',.0f'):>11} "
-                     f"{_fmt(r['mb_s'][0], ',.0f'):>8} {ratio:>20} "
+                     f"{r['what'][:40]:<40} {_fmt(r['rec_s_rank'][0], ',.0f'):>11} "
+                     f"{_fmt(r['mb_s'][0], ',.0f'):>8} {_ratio(r['x_seq']):>19} "
+                     f"{_ratio(r['x_seq_ranks']):>19} "
                      f"{_fmt(r['amplification'][0], '.2f'):>7} "
-                     f"{_fmt(r['stall_s'][0], '.3f'):>8} {_fmt(r['resident'][0], '.2f'):>5}")
+                     f"{_fmt(r['stall_s'][0], '.3f'):>8} {_fmt(r['resident'][0], '.2f'):>5} "
+                     f"{_fmt(r['load'][0], '.2f'):>5}")
+    lines.append("x seq: MB/s / one sequential stream of the same files (seq, dd bs=8M); "
+                 "x ranks: / every rank reading its share at once (seq-ranks)")
     return "\n".join(lines)
 
 
@@ -324,10 +428,15 @@ def build_parser():
                    help="MPI-IO (ROMIO) hint for the coordinated reader; repeatable")
     p.add_argument("--compute-ms", type=float, default=0.0,
                    help="emulated compute per batch (sleep) to show prefetch overlap")
-    p.add_argument("--limits", default="seq,seq-direct,random",
-                   help="machine limits to measure beside the readers (random: global only)")
+    p.add_argument("--limits", default="seq,seq-ranks,seq-direct,random",
+                   help="machine limits to measure beside the readers: seq (one stream, "
+                        "dd bs=8M), seq-ranks (every rank its share at once), seq-direct "
+                        "(seq with O_DIRECT), random (global shuffle only)")
     p.add_argument("--random-records", type=int, default=2000,
                    help="records per rank for the random-read floor")
+    p.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
+                   help="before each run wait up to S s for a second of idle CPUs (< 15%%) "
+                        "and disks (< 5 MiB/s) on this node (0: do not wait)")
     p.add_argument("--drop-caches", action="store_true",
                    help="cold: also echo 1 > /proc/sys/vm/drop_caches (root only)")
     p.add_argument("--verify", action="store_true",
@@ -365,6 +474,8 @@ def main(argv=None):
     rank0 = comm.rank == 0
     runs = []
     meta = {"ranks": comm.size, "batch": a.batch, "hints": hints, "readers": a.readers,
+            "limits": {k: " ".join((LIMITS[k].__doc__ or "").split()) for k in limits},
+            "ratios": {k: f"MB/s / MB/s of {v} (same repeat)" for k, v in RATIOS.items()},
             "mpi": MPI.Get_library_version().splitlines()[0].strip(), "datasets": {}}
     for root in a.data:
         ds = open_dataset(root, comm)
@@ -382,7 +493,9 @@ def main(argv=None):
             for cache in caches:
                 for shuffle in shuffles:
                     whats = [x for x in limits if x != "random" or shuffle == "global"]
-                    todo += [(rep, cache, shuffle, w) for w in whats + [r[0] for r in readers]]
+                    whats += [r[0] for r in readers]
+                    k = rep % len(whats)  # rotated: no run is always first of a group
+                    todo += [(rep, cache, shuffle, w) for w in whats[k:] + whats[:k]]
         specs = {r[0]: r for r in readers}
 
         def plan_of(epoch, shuffle, steps=a.steps):
@@ -396,6 +509,7 @@ def main(argv=None):
         meta["datasets"][name]["load_s"] = pool.load_s
         for n, (rep, cache, shuffle, what) in enumerate(todo):
             plan = plan_of(rep, shuffle)
+            quiet = wait_quiet(comm, a.wait_quiet) if a.wait_quiet > 0 else None
             state = cache_state(cache, ds, comm, drop=a.drop_caches)
             load0 = _loadavg()
             dev0 = device_read_bytes(dev) if rank0 else None
@@ -408,7 +522,7 @@ def main(argv=None):
             if rank0:
                 out.update(dataset=name, cache=cache, shuffle=shuffle, what=what,
                            repeat=rep, resident=state.get("resident"),
-                           loadavg=[load0, _loadavg()])
+                           loadavg=[load0, _loadavg()], quiet=quiet)
                 if dev0 is not None and dev1 is not None and out.get("bytes"):
                     out["device_bytes"] = dev1 - dev0
                     out["amplification"] = (dev1 - dev0) / out["bytes"]

@@ -26,11 +26,12 @@ def test_summarise_ratio_and_spread():
     runs = [dict(dataset="d", cache="cold", shuffle="none", what=w, repeat=r, mb_s=v,
                  rec_s_rank=1.0)
             for r, (s, c) in enumerate([(100, 90), (200, 190), (100, 95)])
-            for w, v in (("seq", s), ("coordinated", c))]
+            for w, v in (("seq", s), ("seq-ranks", 2 * s), ("coordinated", c))]
     rows = {r["what"]: r for r in summarise(runs)}
     med, lo, hi = rows["coordinated"]["x_seq"]
     assert (med, lo, hi) == (0.95, 0.9, 0.95)
-    assert rows["seq"]["x_seq"][0] == 1.0
+    assert rows["coordinated"]["x_seq_ranks"] == (0.475, 0.45, 0.475)
+    assert rows["seq"]["x_seq"][0] == 1.0 and rows["seq"]["x_seq_ranks"][0] == 0.5
 
 
 def test_bench_runs_every_reader_and_limit(tmp_path_factory, tmp_path):
@@ -40,13 +41,25 @@ def test_bench_runs_every_reader_and_limit(tmp_path_factory, tmp_path):
     p = run_mpi(2, ["-m", "hpcio.bench", "--data", ds.root, "--readers",
                     "naive,coordinated,memory,coordinated:mechanism=nonblocking",
                     "--cache", "cold,warm", "--shuffle", "none,global", "--batch", "16",
-                    "--repeat", "2", "--warmup-steps", "2", "--out", out], timeout=180)
+                    "--repeat", "2", "--warmup-steps", "2", "--wait-quiet", "0.5",
+                    "--out", out], timeout=180)
     assert p.returncode == 0, p.stderr
     doc = json.loads(out.read_text())
     runs = doc["runs"]
     whats = {r["what"] for r in runs}
-    assert {"seq", "random", "naive", "coordinated", "memory",
+    assert {"seq", "seq-ranks", "random", "naive", "coordinated", "memory",
             "coordinated:mechanism=nonblocking"} <= whats
+    # seq is one stream (rank 0 reads every byte), seq-ranks splits the bytes
+    for r in runs:
+        if r["what"] in ("seq", "seq-ranks") and "mb_s" in r:
+            assert r["bytes"] == doc["meta"]["datasets"][ds.root.rsplit("/", 1)[-1]][
+                "file_bytes"]
+    assert doc["meta"]["limits"]["seq"].startswith("One stream")
+    assert doc["meta"]["ratios"]["x_seq_ranks"].endswith("seq-ranks (same repeat)")
+    # the order of a group's runs is rotated between repeats
+    order = [r["what"] for r in runs if r["cache"] == "cold" and r["shuffle"] == "none"]
+    half = len(order) // 2
+    assert order[:half] != order[half:] and sorted(order[:half]) == sorted(order[half:])
     for r in runs:
         if "mb_s" not in r:
             continue
@@ -56,5 +69,6 @@ def test_bench_runs_every_reader_and_limit(tmp_path_factory, tmp_path):
             assert r["records"] == per_epoch and r["bytes"] == per_epoch * 784
             assert r["mb_s"] > 0 and r["x_seq"] > 0
     assert "read_ahead_kb" in doc["meta"]["datasets"][ds.root.rsplit("/", 1)[-1]]
-    assert "x seq" in p.stdout and "coordinated" in p.stdout
+    assert "x seq" in p.stdout and "x ranks" in p.stdout and "coordinated" in p.stdout
+    assert all(set(r["quiet"]) == {"cpu", "disk_mib_s", "quiet", "waited_s"} for r in runs)
     assert len([r for r in doc["summary"] if r["what"] == "random"]) == 2  # global only
