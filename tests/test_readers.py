@@ -13,6 +13,7 @@ from hpcio.dataset import RecordIndex
 from hpcio.errors import HpcioError
 from hpcio.readers import READERS, make_reader
 from hpcio.readers.assemble import clusters, copy_records, gather, layout, merge_runs
+from hpcio.readers.nodeshare import union_reads
 
 from common.datasets import error_lines, make_dataset
 from common.mpi import run_mpi
@@ -55,7 +56,9 @@ def test_every_format_exactly_once_same_bytes_same_sequence(data, n):
     source records, every reader's sequence identical; on rank 0: each epoch covers the
     epoch order exactly once (drop_last) or every record with the stated padding."""
     d = check(n, data, "naive,coordinated,memory,coordinated:mechanism=nonblocking,"
-                       "coordinated:collective=true:sieve_gap=0,coordinated:prefetch=0",
+                       "coordinated:collective=true:sieve_gap=0,coordinated:prefetch=0,"
+                       "coordinated:shared=false,coordinated:shared=true:group_bytes=1:"
+                       "mechanism=sync",
               "--batch", "3", "--early-stop", "2")
     assert len(d) == len(SETS) * 3 * 2 * 2  # datasets x shuffles x drop_last x epochs
     by = {tuple(x.split()[1:5]): x.split()[5] for x in d}
@@ -94,6 +97,25 @@ def test_gather_and_copy_records(lengths):
     copy_records(src, starts, dst, lengths, out2)
     want2 = b"".join(src[starts[k]:starts[k] + lengths[k]].tobytes() for k in perm)
     assert out2[:len(want2)].tobytes() == want2
+
+
+def test_union_reads_cover_every_record_once():
+    """The node's union: sorted reads, duplicates read once, gaps read through only while
+    that stays within the ratio; every record's position points at its bytes."""
+    rng = np.random.default_rng(1)
+    sizes = [200_000, 150_000]
+    files = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+    fil = np.array([1, 0, 0, 1, 0, 0], dtype=np.int64)
+    off = np.array([5000, 100, 30000, 0, 100, 60000], dtype=np.int64)
+    ln = np.array([700, 900, 800, 5000, 900, 400], dtype=np.int64)
+    for gap, ratio, nreads in ((0, 3.0, 4), (40000, 100.0, 2), (40000, 1.5, 4)):
+        rf, rs, rl, pos = union_reads(fil, off, ln, gap, ratio)
+        assert len(rf) == nreads and np.all(np.diff(rf) >= 0)
+        buf = np.concatenate([files[j][s:s + n] for j, s, n in zip(rf, rs, rl)])
+        for k in range(len(fil)):
+            assert buf[pos[k]:pos[k] + ln[k]].tobytes() == \
+                files[fil[k]][off[k]:off[k] + ln[k]].tobytes()
+        assert pos[1] == pos[4]  # a duplicate is read once
 
 
 def test_merge_runs_and_clusters():

@@ -63,6 +63,7 @@ from ..fsutil import aligned_empty
 from ..hints import mpi_info
 from .assemble import clusters, copy_records, layout, merge_runs
 from .base import Batch, BufferRing, Reader, faults, register
+from .nodeshare import NodeShare
 
 __all__ = ["CoordinatedReader", "MECHANISMS", "MAX_MPI_FILES"]
 
@@ -79,10 +80,11 @@ def _mpi():
 class _Request:
     """One group of consecutive steps: its record ids, their layout in the buffer."""
 
-    __slots__ = ("g", "lo", "hi", "ids", "off", "slot", "pending", "io_s", "t0")
+    __slots__ = ("g", "lo", "hi", "ids", "off", "slot", "pending", "io_s", "t0", "union")
 
     def __init__(self, g, lo, hi, ids, off):
         self.g, self.lo, self.hi, self.ids, self.off = g, lo, hi, ids, off
+        self.union = None
         self.slot, self.pending, self.io_s, self.t0 = None, [], 0.0, 0.0
 
 
@@ -94,7 +96,8 @@ class CoordinatedReader(Reader):
 
     def __init__(self, dataset, comm, prefetch=2, collective="auto", hints=None,
                  mechanism="thread", group_bytes=8 << 20, max_request_bytes=64 << 20,
-                 threads=4, sieve_gap=None, sieve_ratio=3.0, willneed=True, **options):
+                 threads=4, sieve_gap=None, sieve_ratio=3.0, willneed=True, shared="auto",
+                 **options):
         super().__init__(dataset, comm, **options)
         MPI = _mpi()
         if mechanism not in MECHANISMS:
@@ -138,7 +141,17 @@ class CoordinatedReader(Reader):
             self._open_files(MPI)
             if self.willneed:
                 self._fds = [os.open(p, os.O_RDONLY) for p in self._paths]
+        self._share = None
+        if not (self.collective or self.filewise or self.mechanism == "nonblocking"):
+            want = _flag(shared) if shared != "auto" else None
+            node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+            if want or (want is None and node.Get_size() > 1):
+                self._share = NodeShare(node, self._fh, self._fds, self.sieve_gap,
+                                        self.sieve_ratio)
+            else:
+                node.Free()
         self.stats.extra.update(mechanism=self.mechanism, prefetch=self.prefetch,
+                                shared=self._share is not None,
                                 collective=self.collective, filewise=self.filewise,
                                 hints=dict(self.hints))
 
@@ -223,6 +236,8 @@ class CoordinatedReader(Reader):
                 raise HpcioError("ranks execute plans of different lengths (every rank "
                                  "must run the same epoch with the same batch size)")
             self.comm.Allreduce(MPI.IN_PLACE, touched, op=MPI.MAX)
+        if self._share is not None:
+            self._share.prepare(self.ds, ids, reqs, B)
         return reqs, touched.astype(bool)
 
     def epoch(self, plan):
@@ -352,6 +367,11 @@ class CoordinatedReader(Reader):
         Only ranges of at least ``min_bytes`` (neighbours within ``sieve_gap`` merged)."""
         if r is None or not self._fds:
             return
+        if self._share is not None:
+            t0 = time.perf_counter()
+            self._share.advise(r)
+            self.stats.io_s += time.perf_counter() - t0
+            return
         idx = self.ds.index
         fil = idx.file[r.ids]
         order = np.lexsort((idx.offset[r.ids], fil))
@@ -375,6 +395,8 @@ class CoordinatedReader(Reader):
         r.t0 = t0
         if self.filewise:
             self._read_filewise(r, buf)
+        elif self._share is not None:
+            self._share.read(r, buf, self.stats, self._paths)
         else:
             self._read_mpi(r, files, buf, nonblocking)
         if not nonblocking:
@@ -545,6 +567,9 @@ class CoordinatedReader(Reader):
             raise errors[0]
 
     def close(self):
+        if getattr(self, "_share", None) is not None:
+            self._share.close()
+            self._share = None
         for fd in self._fds:
             os.close(fd)
         self._fds = []
