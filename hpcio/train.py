@@ -27,6 +27,7 @@ import numpy as np
 
 from .cli import ArgumentParser, load_config
 from .errors import HpcioError, guard
+from .hints import parse_hints
 
 __all__ = ["build_parser", "parse_args", "main", "Step", "torch_threads"]
 
@@ -104,6 +105,9 @@ def build_parser():
                         "(needs root)")
     g.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                    help="MPI-IO (ROMIO) hint for the reader, repeatable")
+    g.add_argument("--reader-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other reader option, repeatable (e.g. shared=false for the "
+                        "coordinated reader; see hpcio/readers/coordinated.py)")
     g.add_argument("--reader-prefetch", type=_int(0), default=None, metavar="K",
                    help="batches the reader keeps in flight (reader's default if unset)")
     g.add_argument("--collective", dest="collective", action="store_true", default=None,
@@ -219,7 +223,6 @@ def parse_args(argv=None):
     if args.preprocess == "off" and args.model != "emulate":
         raise HpcioError(f"--preprocess off: model {args.model} needs tensors; only "
                          "emulate runs on the bytes as read", everywhere=True)
-    from .hints import parse_hints
     args.hints = parse_hints(args.hint)
     return args
 
@@ -286,7 +289,7 @@ def _fault():
 
 
 def _reader_options(args):
-    opts = {}
+    opts = dict(parse_hints(args.reader_option))
     if args.hints:
         opts["hints"] = args.hints
     if args.reader_prefetch is not None:

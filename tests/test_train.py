@@ -284,6 +284,7 @@ def _one_error(p):
     (["--hint", "cb_nodes"], "key=value"),
     (["--offline", "--model", "cifar-quick", "--batch", "4"], "offline preprocessing needs"),
     (["--preprocess", "off", "--model", "lenet"], "only emulate runs on the bytes"),
+    (["--reader-option", "bogus=1", "--batch", "4"], "reader 'coordinated' has no option bogus"),
 ])
 def test_bad_flags_give_one_line(tmp_path, data, args, says):
     ds = data("packed")

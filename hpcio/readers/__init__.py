@@ -3,11 +3,17 @@
 ``READERS`` maps a name (``--reader``) to a class; :func:`make_reader` builds one.
 """
 
+import inspect
+
 from ..errors import HpcioError
 from .base import READERS, Batch, Reader, ReaderStats, faults, register
 from . import coordinated, memory, naive  # noqa: F401  (register the readers)
 
 __all__ = ["READERS", "Batch", "Reader", "ReaderStats", "faults", "register", "make_reader"]
+
+
+# options a run may pass to whichever reader it picks; a reader without them ignores them
+COMMON_OPTIONS = {"hints", "prefetch", "collective"}
 
 
 def make_reader(name, dataset, comm=None, **options):
@@ -18,4 +24,8 @@ def make_reader(name, dataset, comm=None, **options):
     except KeyError:
         raise HpcioError(f"unknown reader {name!r} (choose from {', '.join(sorted(READERS))})",
                          everywhere=True)
+    known = set(inspect.signature(cls.__init__).parameters) | COMMON_OPTIONS
+    bad = sorted(set(options) - known)
+    if bad:
+        raise HpcioError(f"reader {name!r} has no option {', '.join(bad)}", everywhere=True)
     return cls(dataset, comm, **options)

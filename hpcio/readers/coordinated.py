@@ -22,16 +22,20 @@ What it does differently from the naive reader:
   cache, and for chunk/global shuffles it reads the whole extent of the ranks' union
   (0.01-0.15x of sequential), while independent reads of merged runs reached 0.5x (warm)
   to 1.0x (cold) of a sequential read.
-* **One reader per byte on a node** (``shared="auto"``, default: on for independent reads
-  when a node holds several ranks and the mean record is at least 16 KiB;
-  :mod:`hpcio.readers.nodeshare`). The ranks of a node
+* **One reader per byte on a node** (``shared=True``, off by default; ``shared="auto"``
+  turns it on for independent reads when a node holds several ranks and the mean record
+  is at least 16 KiB; :mod:`hpcio.readers.nodeshare`). The ranks of a node
   exchange their plans once per epoch; for each request the union of their records is
   read once, as large pieces in file order split between them, into an MPI-3 shared
   window, and each rank copies its own records out with one vectorised gather. Measured
   here (2 ranks, cold, ImageNet-like): chunk shuffle 0.56-0.59x of ``seq-ranks`` against
   0.49-0.52x with per-rank reads; shuffle ``none`` within noise of per-rank reads; for
   warm 784-byte records slower (1.44 M against 2.35 M records/s/rank), hence the
-  record-size threshold. ``shared=True|False`` forces it.
+  record-size threshold. In training it cost more than it saved: emulated compute at 80%
+  of the cold sequential bandwidth, chunk shuffle, 2 ranks, 192 KiB records: AU 79% with
+  it against 87-90% without (3 interleaved pairs), because every request waits for the
+  slowest rank of the node, coupling ranks that training does not couple. Hence off by
+  default.
 * **Request size from the plan.** A request is at least ``group_bytes`` per rank and is
   doubled (up to ``max_request_bytes``) while that makes it markedly denser: with
   ``chunk`` shuffling a request then covers a whole mixing window, so a rank's records lie
@@ -107,7 +111,7 @@ class CoordinatedReader(Reader):
 
     def __init__(self, dataset, comm, prefetch=2, collective="auto", hints=None,
                  mechanism="thread", group_bytes=8 << 20, max_request_bytes=64 << 20,
-                 threads=4, sieve_gap=None, sieve_ratio=3.0, willneed=True, shared="auto",
+                 threads=4, sieve_gap=None, sieve_ratio=3.0, willneed=True, shared=False,
                  **options):
         super().__init__(dataset, comm, **options)
         MPI = _mpi()
