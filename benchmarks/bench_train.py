@@ -64,6 +64,7 @@ sys.path.insert(0, ROOT)
 from hpcio.cli import ArgumentParser  # noqa: E402
 from hpcio.dataset import is_dataset, open_dataset  # noqa: E402
 from hpcio.errors import HpcioError, guard  # noqa: E402
+from hpcio.bench import machine_busy  # noqa: E402
 from hpcio.cache import PIECE, read_file  # noqa: E402
 from hpcio.fsutil import aligned_empty, evict  # noqa: E402
 
@@ -84,19 +85,6 @@ def loadavg():
         return float(f.read().split()[0])
 
 
-def _busy():
-    """(busy jiffies, total jiffies, sectors read on all disks) right now."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    sectors = 0
-    with open("/proc/diskstats") as f:
-        for line in f:
-            p = line.split()
-            if os.path.exists(f"/sys/block/{p[2]}") and not p[2].startswith(("loop", "ram")):
-                sectors += int(p[5])
-    return sum(v) - v[3] - v[4], sum(v), sectors
-
-
 def wait_quiet(max_wait, cpu=0.25, disk_mib_s=5.0):
     """Wait (up to ``max_wait`` s) for a second with the CPUs < ``cpu`` busy and the
     disks reading < ``disk_mib_s``: other jobs' I/O on a shared VM would be measured as
@@ -104,9 +92,9 @@ def wait_quiet(max_wait, cpu=0.25, disk_mib_s=5.0):
     whether it was quiet."""
     t = time.monotonic()
     while True:
-        b0, t0, s0 = _busy()
+        b0, t0, s0 = machine_busy()
         time.sleep(1.0)
-        b1, t1, s1 = _busy()
+        b1, t1, s1 = machine_busy()
         c, d = (b1 - b0) / max(1, t1 - t0), (s1 - s0) * 512 / 2 ** 20
         if c < cpu and d < disk_mib_s:
             return c, d, True

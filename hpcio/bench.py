@@ -58,7 +58,7 @@ from .hints import parse_hints
 from .plan import SHUFFLES, Plan, make_plan
 from .readers import READERS, make_reader
 
-__all__ = ["main", "parse_reader", "LIMITS", "run_reader", "run_limit"]
+__all__ = ["main", "parse_reader", "LIMITS", "run_reader", "run_limit", "machine_busy"]
 
 PIECE = 8 << 20
 
@@ -295,7 +295,7 @@ def idle_barrier(comm, poll_s=0.002):
         time.sleep(poll_s)
 
 
-def _busy():
+def machine_busy():
     """(busy jiffies, all jiffies, sectors read by whole disks) of the machine now."""
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:9]]
@@ -318,9 +318,9 @@ def wait_quiet(comm, max_wait, cpu=0.15, disk_mib_s=5.0):
     if comm.rank == 0:
         t, k = time.monotonic(), 0
         while True:
-            b0, a0, s0 = _busy()
+            b0, a0, s0 = machine_busy()
             time.sleep(1.0)
-            b1, a1, s1 = _busy()
+            b1, a1, s1 = machine_busy()
             c, d = (b1 - b0) / max(1, a1 - a0), (s1 - s0) * 512 / 2 ** 20
             waited = time.monotonic() - t
             if (c < cpu and d < disk_mib_s) or waited > max_wait:
