@@ -8,7 +8,10 @@ the complete new one)::
                     Lustre striping, cache mode, readahead
     rank-<r>.npz    rank r's per-step arrays (hpcio.metrics.STEP_FIELDS)
     rank-<r>.json   rank r's counters per epoch, checkpoints, sampler samples, summary
-    summary.json    the run's figures (hpcio.metrics.summarize) + cut_short
+    summary.json    the run's figures (hpcio.metrics.summarize) + cut_short; disk_read_bytes
+                    = bytes the data's block device read from training start to end
+                    (/proc/diskstats sectors x 512, one rank per node, summed over nodes:
+                    it counts every process's reads of that disk, the readahead included)
     summary.txt     the table printed at the end
 
 A Slurm time limit sends SIGTERM to every task (then SIGKILL after KillWait, 30 s by

@@ -400,16 +400,19 @@ def test_close_while_loader_blocked_in_reader():
     assert not it.alive
 
 
+def _long_source(recs, ended, steps=1000):
+    """A reader that would go on for long; ``ended`` is set once the loader closes it."""
+    try:
+        for s in range(steps):
+            yield batch(recs, s)
+    finally:
+        ended.set()
+
+
 def test_close_while_loader_waits_for_permit():
     recs = encode(pictures(2, 4, 4, 1), "raw")
     ended = threading.Event()
-
-    def source():
-        try:
-            for s in range(1000):
-                yield batch(recs, s)
-        finally:
-            ended.set()
+    source = lambda: _long_source(recs, ended)  # noqa: E731
 
     with Pipeline(manifest("raw", (4, 4, 1)), (1, 4, 4), prefetch=2) as p:
         it = p.run(source())
@@ -426,13 +429,7 @@ def test_close_while_loader_waits_for_permit():
 def test_abandoned_run_stops_loader():
     recs = encode(pictures(2, 4, 4, 1), "raw")
     ended = threading.Event()
-
-    def source():
-        try:
-            for s in range(1000):
-                yield batch(recs, s)
-        finally:
-            ended.set()
+    source = lambda: _long_source(recs, ended)  # noqa: E731
 
     with Pipeline(manifest("raw", (4, 4, 1)), (1, 4, 4)) as p:
         it = p.run(source())
