@@ -2,7 +2,7 @@
 
     python benchmarks/bench_pipeline.py [--repeats 3] [--threads 1 2] [--workloads ...]
 
-The batches are built in memory beforehand from synthetic pictures (:mod:`hpcio.images`,
+The batches are built in memory beforehand from synthetic pictures (:mod:`hpcio.data.pictures`,
 which compress like the real datasets), so no I/O is involved: what is timed is the
 pipeline's copy, decode, resize, brightness, clip and normalise, on ``threads`` workers.
 
@@ -29,9 +29,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hpcio.cli import ArgumentParser  # noqa: E402
 from hpcio.errors import guard  # noqa: E402
-from hpcio.images import encode, render  # noqa: E402
-from hpcio.pipeline import Pipeline  # noqa: E402
-from hpcio.presets import PRESETS  # noqa: E402
+from hpcio.data.pictures import encode, render  # noqa: E402
+from hpcio.train.pipeline import Pipeline  # noqa: E402
+from hpcio.data.presets import PRESETS  # noqa: E402
 from hpcio.readers.base import Batch  # noqa: E402
 
 # name: (preset, encoding, stored shape or None for the preset's, model input (C, H, W),

@@ -20,7 +20,7 @@ storage can deliver, does the reader keep the (emulated) accelerators busy? Step
    for each ``--shuffles`` order (chunk: blocks of neighbours; global: a full permutation),
    ``--repeats`` times, each run started only once the CPUs and disks have been idle for
    a second (``--wait-quiet``: other jobs' I/O on a shared VM would count as ours); each run's AU, MiB/s and stall come from its summary.json
-   (definitions in :mod:`hpcio.metrics`: AU = compute / wall, first step of each epoch
+   (definitions in :mod:`hpcio.measure.steps`: AU = compute / wall, first step of each epoch
    excluded, mean over ranks).
 
 Reported per (fraction, reader): median AU % with the min-max spread, median MiB/s and
@@ -62,9 +62,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from hpcio.cli import ArgumentParser  # noqa: E402
-from hpcio.dataset import is_dataset, open_dataset  # noqa: E402
+from hpcio.data.dataset import is_dataset, open_dataset  # noqa: E402
 from hpcio.errors import HpcioError, guard  # noqa: E402
-from hpcio.bench import machine_busy  # noqa: E402
+from hpcio.measure.probes import machine_busy  # noqa: E402
 from hpcio.cache import PIECE, read_file  # noqa: E402
 from hpcio.fsutil import aligned_empty, evict  # noqa: E402
 
@@ -95,7 +95,7 @@ def wait_quiet(max_wait, cpu=0.25, disk_mib_s=5.0):
         b0, t0, s0 = machine_busy()
         time.sleep(1.0)
         b1, t1, s1 = machine_busy()
-        c, d = (b1 - b0) / max(1, t1 - t0), (s1 - s0) * 512 / 2 ** 20
+        c, d = (b1 - b0) / max(1, t1 - t0), (s1 - s0) / 2 ** 20
         if c < cpu and d < disk_mib_s:
             return c, d, True
         if time.monotonic() - t > max_wait:
@@ -158,7 +158,7 @@ def main(argv=None):
                    help="further hpcio.train flags for every run (e.g. --hint k=v)")
     a = p.parse_args(argv)
 
-    from hpcio.datagen import generate
+    from hpcio.data.write import generate
     os.makedirs(a.dir, exist_ok=True)
     data = os.path.join(a.dir, f"imagenet-{a.format}-raw-{a.records}")
     if not is_dataset(data):

@@ -25,7 +25,7 @@ to its last batch, because a step finishes when every rank has its batch):
   allows it);
 * ``random`` (beside global shuffle, cold): one ``pread`` per record, in the global-shuffle
   plan's order, at most ``--random-records`` per rank — the floor of random access;
-* ``dev/rec``: bytes the block device read (``/proc/diskstats``, whole node, during the
+* ``dev/rec``: bytes the data's whole disk read (``/proc/diskstats``, node-wide, during the
   run) / record bytes delivered — read amplification (memory-mapped reads show up here);
 * ``stall``: seconds the consumer waited for batches (mean over ranks);
 * ``resident``: fraction of the files in the page cache just before the run (mincore).
@@ -41,24 +41,25 @@ this job sleeping meanwhile), waiting up to S s; each run records that second (`
 and the 1-minute load average before and after it (``loadavg``).
 """
 
-import json
 import os
-import statistics
 import sys
 import time
 
 import numpy as np
 
-from .cache import (block_device, cache_state, device_read_bytes, read_ahead_kb)
+from .analysis.bench import RATIOS, summarize, table
+from .cache import cache_state
 from .cli import ArgumentParser
-from .dataset import open_dataset
+from .data.dataset import open_dataset
 from .errors import HpcioError, guard
 from .fsutil import aligned_empty, atomic_json, fs_type
-from .hints import parse_hints
-from .plan import SHUFFLES, Plan, make_plan
+from .measure.probes import block_device, disk_read_bytes, loadavg, machine_busy, read_ahead_kb
+from .mpiutil import idle_barrier, on_root
+from .plan import SHUFFLES, make_plan
 from .readers import READERS, make_reader
+from .readers.hints import parse_hints
 
-__all__ = ["main", "parse_reader", "LIMITS", "run_reader", "run_limit", "machine_busy"]
+__all__ = ["main", "parse_reader", "LIMITS", "run_reader", "run_limit", "wait_quiet"]
 
 PIECE = 8 << 20
 
@@ -266,48 +267,6 @@ def _reduce(comm, res):
     return out
 
 
-def _verify(ds, comm):
-    """Rank 0 compares every shard's sha256 with the manifest; a mismatch ends all ranks."""
-    err = None
-    if comm.rank == 0:
-        try:
-            ds.verify_checksums()
-        except HpcioError as e:
-            err = str(e)
-    err = comm.bcast(err, root=0)
-    if err:
-        raise HpcioError(err, everywhere=True)
-
-
-def _loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def idle_barrier(comm, poll_s=0.002):
-    """A barrier that sleeps while it waits (MPICH's blocking barrier spins a core: on a
-    2-core machine that would be taken from the rank being timed)."""
-    req = comm.Ibarrier()
-    while not req.Test():
-        time.sleep(poll_s)
-
-
-def machine_busy():
-    """(busy jiffies, all jiffies, sectors read by whole disks) of the machine now."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:9]]
-    sectors = 0
-    with open("/proc/diskstats") as f:
-        for line in f:
-            p = line.split()
-            if os.path.exists(f"/sys/block/{p[2]}") and not p[2].startswith(("loop", "ram")):
-                sectors += int(p[5])
-    return sum(v) - v[3] - v[4], sum(v), sectors
-
-
 def wait_quiet(comm, max_wait, cpu=0.15, disk_mib_s=5.0):
     """Wait (up to ``max_wait`` s) for one second in which the machine's CPUs are less
     than ``cpu`` busy (fraction of all cores) and its disks read less than ``disk_mib_s``,
@@ -321,7 +280,7 @@ def wait_quiet(comm, max_wait, cpu=0.15, disk_mib_s=5.0):
             b0, a0, s0 = machine_busy()
             time.sleep(1.0)
             b1, a1, s1 = machine_busy()
-            c, d = (b1 - b0) / max(1, a1 - a0), (s1 - s0) * 512 / 2 ** 20
+            c, d = (b1 - b0) / max(1, a1 - a0), (s1 - s0) / 2 ** 20
             waited = time.monotonic() - t
             if (c < cpu and d < disk_mib_s) or waited > max_wait:
                 out = {"cpu": round(c, 3), "disk_mib_s": round(d, 1),
@@ -332,74 +291,6 @@ def wait_quiet(comm, max_wait, cpu=0.15, disk_mib_s=5.0):
                 time.sleep(19.0)
     idle_barrier(comm)
     return comm.bcast(out, root=0)
-
-
-# ---- the table ----------------------------------------------------------------------
-def _med(xs):
-    xs = [x for x in xs if x is not None]
-    return (statistics.median(xs), min(xs), max(xs)) if xs else (None, None, None)
-
-
-#: the ratio columns: key in a run / summary row -> the limit it divides by
-RATIOS = {"x_seq": "seq", "x_seq_ranks": "seq-ranks"}
-
-
-def summarise(runs):
-    """Median and spread per (dataset, cache, shuffle, what), with ratios to the limits of
-    the same repeat: ``x_seq`` to ``seq`` (one sequential stream, ``dd bs=8M``),
-    ``x_seq_ranks`` to ``seq-ranks`` (every rank its contiguous share at once)."""
-    lim = {}
-    for r in runs:
-        if r["what"] in RATIOS.values() and "mb_s" in r:
-            lim[(r["dataset"], r["cache"], r["shuffle"], r["repeat"], r["what"])] = r["mb_s"]
-    groups = {}
-    for r in runs:
-        if "mb_s" not in r:
-            continue
-        key = (r["dataset"], r["cache"], r["shuffle"], r["what"])
-        for col, what in RATIOS.items():
-            s = lim.get((r["dataset"], r["cache"], r["shuffle"], r["repeat"], what))
-            r[col] = r["mb_s"] / s if s else None
-        groups.setdefault(key, []).append(r)
-    rows = []
-    for key, rs in groups.items():
-        row = dict(zip(("dataset", "cache", "shuffle", "what"), key))
-        for k in ("rec_s_rank", "mb_s", *RATIOS, "stall_s", "amplification", "resident"):
-            row[k] = _med([r.get(k) for r in rs])
-        row["load"] = _med([r["loadavg"][0] for r in rs if r.get("loadavg")
-                            and r["loadavg"][0] is not None])
-        row["n"] = len(rs)
-        rows.append(row)
-    return rows
-
-
-def _fmt(v, spec):
-    return "-" if v is None else format(v, spec)
-
-
-def _ratio(t):
-    m, lo, hi = t
-    return f"{_fmt(m, '.2f')} [{_fmt(lo, '.2f')}..{_fmt(hi, '.2f')}]"
-
-
-def table(rows):
-    """The summary as text: ``x seq`` against one sequential stream (``seq``), ``x ranks``
-    against every rank reading its share at once (``seq-ranks``)."""
-    head = (f"{'dataset':<22} {'cache':<5} {'shuffle':<7} {'what':<40} {'rec/s/rank':>11} "
-            f"{'MB/s':>8} {'x seq [min..max]':>19} {'x ranks [min..max]':>19} "
-            f"{'dev/rec':>7} {'stall s':>8} {'res':>5} {'load':>5}")
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        lines.append(f"{r['dataset'][:22]:<22} {r['cache']:<5} {r['shuffle']:<7} "
-                     f"{r['what'][:40]:<40} {_fmt(r['rec_s_rank'][0], ',.0f'):>11} "
-                     f"{_fmt(r['mb_s'][0], ',.0f'):>8} {_ratio(r['x_seq']):>19} "
-                     f"{_ratio(r['x_seq_ranks']):>19} "
-                     f"{_fmt(r['amplification'][0], '.2f'):>7} "
-                     f"{_fmt(r['stall_s'][0], '.3f'):>8} {_fmt(r['resident'][0], '.2f'):>5} "
-                     f"{_fmt(r['load'][0], '.2f'):>5}")
-    lines.append("x seq: MB/s / one sequential stream of the same files (seq, dd bs=8M); "
-                 "x ranks: / every rank reading its share at once (seq-ranks)")
-    return "\n".join(lines)
 
 
 # ---- main ---------------------------------------------------------------------------
@@ -480,9 +371,9 @@ def main(argv=None):
     for root in a.data:
         ds = open_dataset(root, comm)
         if a.verify:
-            _verify(ds, comm)
+            on_root(comm, ds.verify_checksums)
         name = os.path.basename(os.path.normpath(root))
-        dev, _ = block_device(ds.root)
+        dev = block_device(ds.root)
         meta["datasets"][name] = {
             "root": ds.root, "format": ds.format, "encoding": ds.encoding,
             "records": ds.records, "record_bytes": ds.nbytes(),
@@ -499,11 +390,9 @@ def main(argv=None):
         specs = {r[0]: r for r in readers}
 
         def plan_of(epoch, shuffle, steps=a.steps):
-            p = make_plan(ds.records, comm.size, comm.rank, a.batch, epoch=epoch,
-                          seed=a.seed, shuffle=shuffle, block=a.block, window=a.window)
-            if steps is not None and steps < p.steps:
-                p = Plan(p.ids[:steps * a.batch], p.batch, p.rank, p.ranks, p.epoch)
-            return p
+            return make_plan(ds.records, comm.size, comm.rank, a.batch, epoch=epoch,
+                             seed=a.seed, shuffle=shuffle, block=a.block,
+                             window=a.window).head(steps)
 
         pool = Readers(specs, ds, comm, plan_of(10**6, "global", steps=a.warmup_steps))
         meta["datasets"][name]["load_s"] = pool.load_s
@@ -511,18 +400,18 @@ def main(argv=None):
             plan = plan_of(rep, shuffle)
             quiet = wait_quiet(comm, a.wait_quiet) if a.wait_quiet > 0 else None
             state = cache_state(cache, ds, comm, drop=a.drop_caches)
-            load0 = _loadavg()
-            dev0 = device_read_bytes(dev) if rank0 else None
+            load0 = loadavg()
+            dev0 = disk_read_bytes([dev]) if rank0 and dev else None
             if what in specs:
                 res = pool.run(what, plan, a.compute_ms / 1e3)
             else:
                 res = run_limit(what, ds, comm, plan, a.random_records)
-            dev1 = device_read_bytes(dev) if rank0 else None
+            dev1 = disk_read_bytes([dev]) if rank0 and dev else None
             out = _reduce(comm, res)
             if rank0:
                 out.update(dataset=name, cache=cache, shuffle=shuffle, what=what,
                            repeat=rep, resident=state.get("resident"),
-                           loadavg=[load0, _loadavg()], quiet=quiet)
+                           loadavg=[load0, loadavg()], quiet=quiet)
                 if dev0 is not None and dev1 is not None and out.get("bytes"):
                     out["device_bytes"] = dev1 - dev0
                     out["amplification"] = (dev1 - dev0) / out["bytes"]
@@ -535,7 +424,7 @@ def main(argv=None):
         pool.close()
         comm.Barrier()
     if rank0:
-        rows = summarise(runs)
+        rows = summarize(runs)
         print(table(rows), flush=True)
         atomic_json(a.out, {"meta": meta, "summary": rows, "runs": runs})
         print(f"wrote {a.out}", file=sys.stderr, flush=True)

@@ -11,8 +11,6 @@
 
 :func:`resident_fraction` measures with ``mincore`` how much of the files is in the page
 cache, so a test or a benchmark can show that cold was cold and warm was warm.
-Also here: the block device behind a path, its bytes read (``/proc/diskstats``) and its
-``read_ahead_kb`` — what really came off the disk.
 """
 
 import ctypes
@@ -21,12 +19,15 @@ import mmap
 import os
 import time
 
+import numpy as np
+
 from .errors import HpcioError
 from .fsutil import aligned_empty
 from .fsutil import evict as evict_file
+from .mpiutil import node_comm, on_root
 
 __all__ = ["CACHE_MODES", "cache_state", "evict", "warm", "resident_fraction",
-           "drop_caches", "block_device", "device_read_bytes", "read_ahead_kb"]
+           "drop_caches", "read_file"]
 
 PIECE = 8 << 20
 
@@ -35,8 +36,7 @@ def _node(comm):
     """(local rank, local size, node communicator or None) of this rank's node."""
     if comm is None or comm.Get_size() == 1:
         return 0, 1, None
-    from mpi4py import MPI
-    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    node = node_comm(comm)
     return node.Get_rank(), node.Get_size(), node
 
 
@@ -137,8 +137,7 @@ def cache_state(mode, ds, comm=None, drop=False, measure=True):
     if comm is not None and comm.Get_size() > 1:
         comm.Barrier()
     if measure:
-        frac = resident_fraction(ds.paths) if comm is None or comm.rank == 0 else None
-        info["resident"] = comm.bcast(frac, root=0) if comm is not None else frac
+        info["resident"] = on_root(comm, lambda: resident_fraction(ds.paths), share=True)
     return info
 
 
@@ -179,7 +178,6 @@ def _resident_pages(path):
             if lib.mincore(addr, size, vec) != 0:
                 e = ctypes.get_errno()
                 raise OSError(e, os.strerror(e), path)
-            import numpy as np
             resident = int(np.count_nonzero(np.frombuffer(vec, dtype=np.uint8) & 1))
         finally:
             lib.munmap(addr, size)
@@ -196,48 +194,3 @@ def resident_fraction(paths):
         res += r
         tot += t
     return res / tot if tot else 1.0
-
-
-# ---- the block device ---------------------------------------------------------------
-def block_device(path):
-    """(name, "major:minor") of the block device holding ``path`` (None, None if it is
-    not a block device, e.g. tmpfs or FUSE)."""
-    st = os.stat(path)
-    mm = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
-    try:
-        with open(f"/sys/dev/block/{mm}/uevent") as f:
-            for line in f:
-                if line.startswith("DEVNAME="):
-                    return line.strip().split("=", 1)[1], mm
-    except OSError:
-        pass
-    return None, mm
-
-
-def device_read_bytes(name):
-    """Bytes read from block device ``name`` since boot (``/proc/diskstats`` sectors x 512);
-    None when unknown."""
-    if not name:
-        return None
-    try:
-        with open("/proc/diskstats") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) > 5 and parts[2] == name:
-                    return int(parts[5]) * 512
-    except OSError:
-        pass
-    return None
-
-
-def read_ahead_kb(path):
-    """The kernel read-ahead (KiB) of the device holding ``path`` (its backing-device
-    info in ``/sys/class/bdi``), or None."""
-    _, mm = block_device(path)
-    for p in (f"/sys/class/bdi/{mm}/read_ahead_kb", f"/sys/dev/block/{mm}/queue/read_ahead_kb"):
-        try:
-            with open(p) as f:
-                return int(f.read().strip())
-        except (OSError, ValueError):
-            continue
-    return None

@@ -12,43 +12,17 @@ import subprocess
 import sys
 import time
 
+from .analysis.summary import side_by_side
 from .cli import ArgumentParser
-from .dataset import is_dataset
+from .data.dataset import is_dataset
 from .errors import HpcioError, guard
 
-__all__ = ["main", "side_by_side"]
-
-ROWS = [  # (label, summary.json metrics key, format)
-    ("samples/s", "samples_per_s", "{:,.1f}"),
-    ("MiB/s", "mib_per_s", "{:,.2f}"),
-    ("AU %", "au_percent", "{:.1f}"),
-    ("stall %", "stall_percent", "{:.2f}"),
-    ("  fetch %", "fetch_percent", "{:.2f}"),
-    ("  prep %", "prep_percent", "{:.2f}"),
-    ("compute %", "compute_percent", "{:.1f}"),
-    ("epoch s, slowest rank", "epoch_time_s_slowest", "{:.3f}"),
-    ("slowest / fastest rank", "slowest_over_fastest", "{:.3f}"),
-]
-
+__all__ = ["main"]
 
 def launcher():
     """``mpiexec`` beside this Python (the mpich wheel's), else the one on PATH."""
     here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     return here if os.path.exists(here) else "mpiexec"
-
-
-def side_by_side(summaries):
-    """A table with one column per run: {name: summary.json dict}."""
-    names = list(summaries)
-    width = max(12, *(len(n) for n in names))
-    lines = ["".ljust(24) + "".join(n.rjust(width + 2) for n in names)]
-    for label, key, fmt in ROWS:
-        cells = []
-        for n in names:
-            v = summaries[n]["metrics"].get(key)
-            cells.append(("-" if v is None else fmt.format(v)).rjust(width + 2))
-        lines.append(label.ljust(24) + "".join(cells))
-    return "\n".join(lines)
 
 
 def build_parser():

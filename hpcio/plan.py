@@ -72,14 +72,14 @@ def epoch_order(records, epoch=0, seed=0, shuffle="global", block=64, window=102
 class Plan:
     """One rank's epoch: ``ids`` in delivery order, cut into ``steps`` batches."""
 
-    ids: np.ndarray
+    ids: np.ndarray  # int64 record ids
     batch: int
     rank: int
     ranks: int
     epoch: int
 
     @property
-    def steps(self):
+    def steps(self) -> int:
         return -(-len(self.ids) // self.batch)
 
     def step(self, s):
@@ -90,6 +90,14 @@ class Plan:
 
     def __len__(self):
         return self.steps
+
+    def head(self, steps: "int | None") -> "Plan":
+        """The plan cut to its first ``steps`` steps (all of it for None), so that a reader
+        never reads past the steps a run will take."""
+        if steps is None or steps >= self.steps:
+            return self
+        return Plan(self.ids[:steps * self.batch], self.batch, self.rank, self.ranks,
+                    self.epoch)
 
 
 def make_plan(records, ranks, rank, batch, epoch=0, seed=0, shuffle="global",

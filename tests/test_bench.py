@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from hpcio.bench import parse_reader, summarise
+from hpcio.analysis.bench import summarize
+from hpcio.bench import parse_reader
 from hpcio.errors import HpcioError
 
 from common.datasets import make_dataset
@@ -22,12 +23,12 @@ def test_parse_reader():
         parse_reader("fast")
 
 
-def test_summarise_ratio_and_spread():
+def test_summarize_ratio_and_spread():
     runs = [dict(dataset="d", cache="cold", shuffle="none", what=w, repeat=r, mb_s=v,
                  rec_s_rank=1.0)
             for r, (s, c) in enumerate([(100, 90), (200, 190), (100, 95)])
             for w, v in (("seq", s), ("seq-ranks", 2 * s), ("coordinated", c))]
-    rows = {r["what"]: r for r in summarise(runs)}
+    rows = {r["what"]: r for r in summarize(runs)}
     med, lo, hi = rows["coordinated"]["x_seq"]
     assert (med, lo, hi) == (0.95, 0.9, 0.95)
     assert rows["coordinated"]["x_seq_ranks"] == (0.475, 0.45, 0.475)

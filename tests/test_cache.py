@@ -5,8 +5,7 @@ import os
 
 import pytest
 
-from hpcio.cache import (CACHE_MODES, block_device, cache_state, device_read_bytes, evict,
-                         read_ahead_kb, resident_fraction, warm)
+from hpcio.cache import CACHE_MODES, cache_state, evict, resident_fraction, warm
 from hpcio.errors import HpcioError
 
 from common.datasets import make_dataset
@@ -44,19 +43,11 @@ def test_missing_file(tmp_path, ds):
         evict(Fake())
 
 
-def test_device_facts(ds):
-    name, mm = block_device(ds.root)
-    assert ":" in mm
-    if name:  # a block device: its read counter and read-ahead are readable
-        assert device_read_bytes(name) > 0
-        assert read_ahead_kb(ds.root) >= 0
-
-
 SCRIPT = """
 import sys
 from mpi4py import MPI
 from hpcio.cache import cache_state
-from hpcio.dataset import open_dataset
+from hpcio.data.dataset import open_dataset
 comm = MPI.COMM_WORLD
 ds = open_dataset(sys.argv[1], comm)
 w = cache_state("warm", ds, comm)

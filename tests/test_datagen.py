@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from hpcio.dataset import open_dataset
-from hpcio.datagen import generate
+from hpcio.data.dataset import open_dataset
+from hpcio.data.write import generate
 
 from common.datasets import error_lines, records_of
 from common.mpi import mpiexec, run_mpi, run_py
@@ -178,7 +178,7 @@ def test_unwritable_directory(tmp_path):
 def test_shape_override_for_offline_preprocessing(tmp_path):
     """Raw records drawn at a model's input size (227 is not a multiple of the drawing
     resolution divisor) for runs without decode/resize."""
-    from hpcio.datagen import generate
+    from hpcio.data.write import generate
     ds = generate(str(tmp_path / "off"), "imagenet", records=3, format="packed",
                   encoding="raw", shape=(227, 227, 3))
     assert ds.manifest["shape"] == [227, 227, 3]

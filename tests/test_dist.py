@@ -7,7 +7,7 @@ import os
 import pytest
 
 from common.mpi import run_mpi
-from hpcio.dist import DISTS, free_port
+from hpcio.train.dist import DISTS, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "mpi", "train_dist.py")

@@ -8,12 +8,12 @@ import lmdb
 import numpy as np
 import pytest
 
-from hpcio import images
-from hpcio.dataset import open_dataset
+from hpcio.data import pictures
+from hpcio.data.dataset import open_dataset
 from hpcio.errors import HpcioError
 from hpcio.formats import FORMATS, get_format
 from hpcio.formats.lmdb import mapping_start, value_offsets
-from hpcio.presets import PRESETS
+from hpcio.data.presets import PRESETS
 
 from common.datasets import FORMATS_X_ENCODINGS, make_dataset
 
@@ -43,7 +43,7 @@ def library_bytes(ds, i):
             return f["images"][j].tobytes()
     if ds.format == "images":
         lab = int(ds.index.label[i])
-        ext = images.EXTENSIONS[ds.encoding]
+        ext = pictures.EXTENSIONS[ds.encoding]
         with open(os.path.join(p, f"{lab:04d}", f"{i:08d}.{ext}"), "rb") as f:
             return f.read()
     with open(p, "rb") as f:  # packed: the shard is the records back to back
@@ -67,7 +67,7 @@ def test_index_bytes_are_the_library_records(tmp_path, fmt, enc):
     ds = open_dataset(ds.root)  # what readers see: checked against the files
     assert ds.records == 37 and ds.format == fmt and ds.encoding == enc
     p = PRESETS["mnist"]
-    px, lab = images.render(p.style, 5, np.arange(37), p.shape, p.classes)
+    px, lab = pictures.render(p.style, 5, np.arange(37), p.shape, p.classes)
     assert np.array_equal(ds.index.label, lab)
     native = native_records(ds, range(37))  # py-lmdb opens an env once per process
     for i in range(37):
@@ -75,7 +75,7 @@ def test_index_bytes_are_the_library_records(tmp_path, fmt, enc):
         assert b == library_bytes(ds, i), i
         assert native[i] == b, i
         if enc != "jpeg":
-            assert np.array_equal(images.decode(b, enc, p.shape), px[i])
+            assert np.array_equal(pictures.decode(b, enc, p.shape), px[i])
     m = ds.manifest
     assert m["kind"] == "hpcio-dataset" and m["preset"] == "mnist" and m["seed"] == 5
     assert [s["records"] for s in m["shards"]] == [[0, 12], [12, 24], [24, 37]]

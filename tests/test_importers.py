@@ -11,13 +11,13 @@ import lmdb
 import numpy as np
 import pytest
 
-from hpcio import images
-from hpcio.dataset import open_dataset
+from hpcio.data import pictures
+from hpcio.data.dataset import open_dataset
 from hpcio.errors import HpcioError
 from hpcio.formats import FORMATS
 from hpcio.formats.lmdb import make_datum, parse_datum
-from hpcio.importers import import_data, index_path, load_cifar10, load_mnist
-from hpcio.presets import PRESETS
+from hpcio.data.importers import import_data, index_path, load_cifar10, load_mnist
+from hpcio.data.presets import PRESETS
 
 from common.datasets import error_lines, records_of
 from common.mpi import run_mpi, run_py
@@ -27,7 +27,7 @@ DG = ["-m", "hpcio.datagen"]
 
 def pictures(name, n, seed=0):
     p = PRESETS[name]
-    return images.render(p.style, seed, np.arange(n), p.shape, p.classes)
+    return pictures.render(p.style, seed, np.arange(n), p.shape, p.classes)
 
 
 def native_records(ds):
@@ -68,7 +68,7 @@ def test_import_mnist_idx(tmp_path):
     ds = open_dataset(tmp_path / "out")
     labels, recs = records_of(ds)
     assert np.array_equal(labels, y)
-    assert all(np.array_equal(images.decode(r, "raw", (28, 28, 1)), x[i])
+    assert all(np.array_equal(pictures.decode(r, "raw", (28, 28, 1)), x[i])
                for i, r in enumerate(recs))
     assert ds.manifest["source"] == "import" and ds.manifest["import_kind"] == "mnist"
     (src / "train-labels-idx1-ubyte.gz").write_bytes(b"\x00\x00\x08\x01\x00\x00")
@@ -94,7 +94,7 @@ def test_import_cifar10_batches(tmp_path):
                      encoding="png", shards=3)
     labels, recs = records_of(ds)
     assert np.array_equal(labels, y)
-    assert all(np.array_equal(images.decode(r, "png"), x[i]) for i, r in enumerate(recs))
+    assert all(np.array_equal(pictures.decode(r, "png"), x[i]) for i, r in enumerate(recs))
     assert native_records(ds) == recs
     # a pickle that would run code is refused, not executed
     with open(py_dir / "data_batch_1", "wb") as f:
@@ -109,8 +109,8 @@ def make_folder(root, n=12, classes=("cat", "dog", "eel"), enc="png"):
     for i in range(n):
         d = root / classes[i % len(classes)]
         d.mkdir(parents=True, exist_ok=True)
-        data, _ = images.encode(x[i:i + 1], enc)
-        p = d / f"img{i:03d}.{images.EXTENSIONS[enc]}"
+        data, _ = pictures.encode(x[i:i + 1], enc)
+        p = d / f"img{i:03d}.{pictures.EXTENSIONS[enc]}"
         p.write_bytes(data.tobytes())
         paths.append(p)
     return x, paths
@@ -130,8 +130,8 @@ def test_import_folder_keeps_or_reencodes(tmp_path):
     assert p.returncode == 0, p.stderr
     raw = open_dataset(tmp_path / "raw")
     _, rr = records_of(raw)
-    assert [images.decode(r, "raw", (32, 32, 3)).tobytes() for r in rr] == \
-        [images.decode(p.read_bytes(), "png").tobytes() for p in order]
+    assert [pictures.decode(r, "raw", (32, 32, 3)).tobytes() for r in rr] == \
+        [pictures.decode(p.read_bytes(), "png").tobytes() for p in order]
 
 
 def test_folder_with_an_unreadable_image(tmp_path):
@@ -152,7 +152,7 @@ def make_caffe_lmdb(path, n=10, encoded=True):
     with lmdb.open(str(path), map_size=64 << 20) as env, env.begin(write=True) as txn:
         for i in range(n):
             if encoded:
-                data, _ = images.encode(x[i:i + 1], "jpeg")
+                data, _ = pictures.encode(x[i:i + 1], "jpeg")
                 datum = make_datum(data.tobytes(), int(y[i]), encoded=True)
             else:  # Caffe's raw Datum: CHW bytes
                 datum = make_datum(x[i].transpose(2, 0, 1).tobytes(), int(y[i]), 3, 32, 32)

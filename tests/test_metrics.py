@@ -8,12 +8,15 @@ import time
 import numpy as np
 import pytest
 
-from hpcio.emulate import DISTRIBUTIONS, ComputeTime, EmulatedModel
+from hpcio.train.emulate import DISTRIBUTIONS, ComputeTime, EmulatedModel
 from hpcio.errors import HpcioError
 from hpcio.fsutil import aligned_empty
-from hpcio.metrics import (COMPONENTS, STEP_FIELDS, Sampler, StepLog, counters, delta,
-                           format_table, proc_io, rank_summary, split_stall, summarize)
-from hpcio.results import RunDir, StopFlag, StopVote, readahead_kb
+from hpcio.analysis.summary import format_table, summarize
+from hpcio.measure.probes import counters, delta, proc_io, read_ahead_kb
+from hpcio.measure.results import RunDir
+from hpcio.measure.sampler import Sampler
+from hpcio.measure.steps import COMPONENTS, STEP_FIELDS, StepLog, rank_summary, split_stall
+from hpcio.train.stop import StopFlag, StopVote
 
 
 def test_split_stall_overlaps():
@@ -162,7 +165,7 @@ def test_rundir_atomic_files_and_refuses_to_overwrite(tmp_path):
     assert sorted(os.listdir(run.path)) == ["a.json", "c.yaml", "d.npz", "e.txt"]
     with pytest.raises(HpcioError, match="not empty"):
         RunDir.create(tmp_path / "r")
-    assert readahead_kb(str(tmp_path)) is None or readahead_kb(str(tmp_path)) >= 0
+    assert read_ahead_kb(str(tmp_path)) is None or read_ahead_kb(str(tmp_path)) >= 0
 
 
 def test_stopflag_and_single_rank_vote():

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from hpcio.errors import HpcioError
-from hpcio.models import MODELS, count_params, make_model
+from hpcio.train.models import MODELS, count_params, make_model
 
 REFERENCE = {"lenet": 431_080, "cifar-quick": 145_578, "caffenet": 62_378_344,
              "resnet50": 25_557_032}

@@ -11,10 +11,10 @@ import torch
 from PIL import Image
 
 from hpcio.errors import HpcioError
-from hpcio.images import render
-from hpcio.pipeline import BRIGHTNESS, Pipeline, decode_records
+from hpcio.data.pictures import render
+from hpcio.train.pipeline import BRIGHTNESS, Pipeline, decode_records
 from hpcio.plan import make_plan
-from hpcio.presets import get_preset
+from hpcio.data.presets import get_preset
 from hpcio.readers import make_reader
 from hpcio.readers.base import Batch
 from tests.common.datasets import FORMATS_X_ENCODINGS, make_dataset

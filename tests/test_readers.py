@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from hpcio.dataset import RecordIndex
+from hpcio.data.dataset import RecordIndex
 from hpcio.errors import HpcioError
 from hpcio.readers import READERS, make_reader
 from hpcio.readers.assemble import clusters, copy_records, gather, layout, merge_runs

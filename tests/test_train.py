@@ -14,8 +14,8 @@ import yaml
 
 from common.datasets import make_dataset
 from common.mpi import mpiexec, run_mpi, run_py
-from hpcio.emulate import ComputeTime
-from hpcio.metrics import COMPONENTS, STEP_FIELDS
+from hpcio.train.emulate import ComputeTime
+from hpcio.measure.steps import COMPONENTS, STEP_FIELDS
 
 TRAIN = ["-m", "hpcio.train"]
 MODELS = ["lenet", "cifar-quick", "caffenet", "resnet50", "emulate"]

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import __version__
+from ..data.dataset import INDEX, KIND
 from ..errors import HpcioError
 
 __all__ = ["Block", "ShardResult", "Spec", "shard_stem", "write_error", "sync_tree",
-           "fsync_path", "record_ranges"]
+           "fsync_path", "record_ranges", "index_manifest", "classes_of"]
 
 
 @dataclass
@@ -151,3 +153,20 @@ def sync_tree(path):
     except (OSError, AttributeError):
         pass
     os.sync()
+
+
+# ---- indexes of data made elsewhere ------------------------------------------------
+
+def index_manifest(fmt, encoding, shape, dtype, classes, n, shard, extra):
+    """The manifest of data indexed where it lies (``source: index``)."""
+    m = {"kind": KIND, "format": fmt, "encoding": encoding, "shape": list(shape),
+         "dtype": dtype, "classes": classes, "records": n, "source": "index",
+         "generator": f"hpcio {__version__}", "index": INDEX, "shards": [shard]}
+    m.update(extra)
+    return m
+
+
+def classes_of(label):
+    """Class count of labels 0..K-1 (-1 for unlabelled records)."""
+    lab = label[label >= 0]
+    return int(lab.max()) + 1 if len(lab) else 0

@@ -20,12 +20,13 @@ import os
 
 import numpy as np
 
-from ..dataset import sha256_file
+from ..data import pictures
+from ..data.dataset import RecordIndex, sha256_file
 from ..errors import HpcioError
-from .base import ShardResult, shard_stem, fsync_path
+from .base import ShardResult, classes_of, fsync_path, index_manifest, shard_stem
 
 __all__ = ["NAME", "Writer", "Native", "open_native", "targets", "manifest_keys",
-           "record_offsets", "open_h5"]
+           "record_offsets", "open_h5", "index"]
 
 NAME = "hdf5"
 COPY = 64 << 20
@@ -232,3 +233,60 @@ class Native:
 
 def open_native(ds):
     return Native(ds)
+
+
+def _pick(f, name, defaults, what, path):
+    for cand in ([name] if name else defaults):
+        if cand in f:
+            return cand
+    if name or what == "images":
+        raise HpcioError(f"{path}: no {what} dataset ({' or '.join([name] if name else defaults)})")
+    return None
+
+
+def index(path, out, images=None, labels=None, **_):
+    """Manifest and record index of an HDF5 file made elsewhere: a fixed-size ``images``
+    dataset (contiguous or chunked), or a blob with ``offsets``."""
+    import h5py
+    with open_h5(path) as f:
+        iname = _pick(f, images, ["images", "data"], "images", path)
+        lname = _pick(f, labels, ["labels", "label"], "labels", path)
+        d = f[iname]
+        if not isinstance(d, h5py.Dataset):
+            raise HpcioError(f"{path}: {iname} is a group, not a dataset")
+        if h5py.check_vlen_dtype(d.dtype) is not None or d.dtype.kind == "O":
+            raise HpcioError(f"{path}: {iname} has variable-length elements: records live "
+                             f"in the HDF5 global heap and are not indexable")
+        extra = {"hdf5": {"images": iname, "labels": lname}}
+        if "offsets" in f and d.ndim == 1 and d.dtype == np.uint8:
+            offs = f["offsets"][:].astype(np.int64)
+            n = len(offs) - 1
+            base = d.id.get_offset()
+            if base is None or d.id.get_create_plist().get_layout() != h5py.h5d.CONTIGUOUS:
+                raise HpcioError(f"{path}: {iname} blob is not contiguous")
+            off, length = base + offs[:-1], np.diff(offs)
+            first = d[int(offs[0]):int(offs[1])] if n else b""
+            enc = pictures.sniff(first) or "raw"
+            shape = list(pictures.decode(first, enc).shape) if enc != "raw" else []
+            extra["hdf5"].update(layout="blob", offsets="offsets")
+            dtype = "uint8"
+        else:
+            n = d.shape[0] if d.ndim else 0
+            rec = int(d.dtype.itemsize * np.prod(d.shape[1:]))
+            off = record_offsets(d, n, rec)
+            length = np.full(n, rec, np.int64)
+            enc, shape, dtype = "raw", list(d.shape[1:]), d.dtype.name
+            extra["hdf5"]["layout"] = "chunked" if d.chunks else "contiguous"
+        if lname:
+            label = np.asarray(f[lname][:]).reshape(len(f[lname]), -1)[:, 0].astype(np.int64)
+            if len(label) != n:
+                raise HpcioError(f"{path}: {n} images but {len(label)} labels")
+        else:
+            label = np.full(n, -1, np.int64)
+    if n == 0:
+        raise HpcioError(f"{path}: {iname} holds no records")
+    size = os.path.getsize(path)
+    rel = os.path.relpath(path, out)
+    shard = {"path": rel, "records": [0, n], "bytes": size, "sha256": sha256_file(path)}
+    index = RecordIndex(np.zeros(n, np.int32), off, length, label, [rel], [size])
+    return index_manifest("hdf5", enc, shape, dtype, classes_of(label), n, shard, extra), index

@@ -7,16 +7,19 @@ file per sample.
 """
 
 import hashlib
+import io
 import os
 
 import numpy as np
 
+from ..data import pictures
+from ..data.dataset import RecordIndex
+from ..data.pictures import EXTENSIONS
 from ..errors import HpcioError
-from ..images import EXTENSIONS
-from .base import ShardResult, shard_stem, sync_tree
+from .base import Block, ShardResult, index_manifest, shard_stem, sync_tree
 
 __all__ = ["NAME", "Writer", "Native", "open_native", "targets", "manifest_keys",
-           "list_tree", "record_path"]
+           "list_tree", "record_path", "FolderSource", "read_image_file", "index"]
 
 NAME = "images"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".raw")
@@ -122,3 +125,116 @@ class Native:
 
 def open_native(ds):
     return Native(ds)
+
+
+# ---- folders made elsewhere: import and index ---------------------------------------
+
+def read_image_file(path):
+    """The bytes of one image file; an unreadable one is a one-line error."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise HpcioError(f"{path}: unreadable image ({e.strerror})")
+
+
+def _decode(path, data, mode):
+    from PIL import Image, UnidentifiedImageError
+    try:
+        img = Image.open(io.BytesIO(data))
+        img = np.asarray(img.convert(mode))
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        raise HpcioError(f"{path}: unreadable image ({str(e).splitlines()[0] if str(e) else 'cannot decode'})")
+    return img[..., None] if img.ndim == 2 else img
+
+
+def _channels(data):
+    from PIL import Image
+    try:
+        return 1 if Image.open(io.BytesIO(data)).mode in ("L", "1", "I;16", "I") else 3
+    except Exception:
+        return 3
+
+
+class FolderSource:
+    """Records from ``root/<class>/<file>`` (classes sorted by name, files sorted within a
+    class, as ImageFolder numbers them). ``encoding='keep'`` stores each file's bytes as
+    they are (all PNG or all JPEG); another encoding decodes and re-encodes."""
+
+    def __init__(self, root, paths, labels, class_names, shape, file_encoding):
+        self.root, self.paths = root, paths
+        self.labels = np.asarray(labels, np.int64)
+        self.records = len(paths)
+        self.class_names = class_names
+        self.classes = len(class_names)
+        self.shape = tuple(shape)
+        self.file_encoding = file_encoding
+
+    @classmethod
+    def scan(cls, root):
+        """List ``root`` and look at its first image (rank 0 does this once)."""
+        if not os.path.isdir(root):
+            raise HpcioError(f"{root}: no such image folder")
+        tree = list_tree(root)
+        paths, labels = [], []
+        for c, (name, files) in enumerate(tree):
+            paths += [os.path.join(root, name, f) for f in files]
+            labels += [c] * len(files)
+        if not paths:
+            raise HpcioError(f"{root}: no image files in class sub-folders "
+                             f"(expected {root}/<class>/<image>)")
+        first = read_image_file(paths[0])
+        enc = pictures.sniff(first)
+        if enc is None:
+            raise HpcioError(f"{paths[0]}: unreadable image (not a PNG or JPEG file)")
+        shape = _decode(paths[0], first, "RGB" if _channels(first) == 3 else "L").shape
+        return cls(root, paths, labels, [n for n, _ in tree], shape, enc)
+
+    def block(self, lo, hi, encoding, quality):
+        blobs = []
+        mode = "L" if self.shape[2] == 1 else "RGB"
+        for p in self.paths[lo:hi]:
+            data = read_image_file(p)
+            if encoding == self.file_encoding:
+                if pictures.sniff(data) != self.file_encoding:
+                    raise HpcioError(f"{p}: unreadable image (not a "
+                                     f"{self.file_encoding.upper()} file like the others)")
+                blobs.append(data)
+                continue
+            img = _decode(p, data, mode)
+            if encoding == "raw" and img.shape != self.shape:
+                raise HpcioError(f"{p}: {img.shape[1]}x{img.shape[0]} pixels, the others "
+                                 f"are {self.shape[1]}x{self.shape[0]} (raw records need "
+                                 f"one size; keep the encoding or resize first)")
+            d, _ = pictures.encode(img[None], encoding, quality)
+            blobs.append(d.tobytes())
+        lengths = np.fromiter((len(b) for b in blobs), np.int64, len(blobs))
+        return Block(lo, hi, self.labels[lo:hi], np.frombuffer(b"".join(blobs), np.uint8),
+                     lengths)
+
+
+def index(path, out, **_):
+    """Manifest and record index of a folder of images in class sub-folders, made
+    elsewhere: every file is one record, read once here for its length and checksum."""
+    s = FolderSource.scan(path)
+    h = hashlib.sha256()
+    length = np.zeros(s.records, np.int64)
+    encs = set()
+    for i, p in enumerate(s.paths):
+        data = read_image_file(p)
+        enc = pictures.sniff(data)
+        if enc is None:
+            raise HpcioError(f"{p}: unreadable image (not a PNG or JPEG file)")
+        encs.add(enc)
+        length[i] = len(data)
+        h.update(data)
+    files = [os.path.relpath(p, out) for p in s.paths]
+    n = s.records
+    top = os.path.relpath(path, out)
+    shard = {"path": top, "records": [0, n], "bytes": int(length.sum()),
+             "sha256": h.hexdigest()}
+    index = RecordIndex(np.arange(n, dtype=np.int32), np.zeros(n, np.int64), length,
+                        s.labels, files, length)
+    enc = encs.pop() if len(encs) == 1 else "mixed"
+    return index_manifest("images", enc, s.shape, "uint8", s.classes, n, shard,
+                     {"images": {"class_names": s.class_names}}), index

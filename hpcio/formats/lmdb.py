@@ -17,11 +17,13 @@ import os
 
 import numpy as np
 
+from ..data import pictures
+from ..data.dataset import RecordIndex, sha256_file
 from ..errors import HpcioError
-from .base import ShardResult, shard_stem
+from .base import ShardResult, classes_of, index_manifest, shard_stem
 
 __all__ = ["NAME", "KEY", "Writer", "Native", "open_native", "targets", "manifest_keys",
-           "value_offsets", "mapping_start", "parse_datum", "open_env", "index_env"]
+           "value_offsets", "mapping_start", "parse_datum", "open_env", "index_env", "index"]
 
 NAME = "lmdb"
 KEY = "%08d"
@@ -326,3 +328,50 @@ class Native:
 
 def open_native(ds):
     return Native(ds)
+
+
+def index(path, out, **_):
+    """Manifest and record index of an LMDB made elsewhere (:func:`index_env`); side
+    files (``keys.npy``) are written into ``out``."""
+    keys, off, length, label, data, kind, first = index_env(path)
+    n = len(keys)
+    env_path = os.path.dirname(data) if os.path.isdir(path) else data
+    extra = {"lmdb": {"key": None, "value": kind, "subdir": os.path.isdir(path)}}
+    template = [b"%08d" % i for i in range(n)]
+    side = []
+    if keys == template:
+        extra["lmdb"]["key"] = KEY
+    else:
+        if any(k.endswith(b"\0") for k in keys):
+            raise HpcioError(f"{path}: keys ending in a NUL byte cannot be stored")
+        kp = os.path.join(out, "keys.npy")
+        if os.path.lexists(kp):
+            raise HpcioError(f"{kp}: exists and was not written by hpcio")
+        np.save(kp, np.array(keys, dtype=bytes))
+        extra["lmdb"]["keys"] = "keys.npy"
+        side.append("keys.npy")
+    extra["side_files"] = side
+    fo, fl, _ = (parse_datum(first) if kind == "datum" else (0, len(first), -1))
+    rec = first[fo:fo + fl]
+    enc = pictures.sniff(rec) or "raw"
+    shape, dtype = [], "uint8"
+    if kind == "datum":
+        c, h, w, _ = datum_fields(first)
+        shape = [h, w, c] if h and w else []
+        if enc == "raw" and shape and int(np.prod(shape)) != fl:
+            dtype = "float32"  # Datum float_data / other element types
+    if enc != "raw" and not shape:
+        shape = list(pictures.decode(rec, enc).shape)
+    if enc == "raw" and not shape and len(set(length.tolist())) == 1:
+        shape = [int(length[0])]
+    if kind != "datum":
+        extra["note"] = "values are not Caffe Datums: each record is the whole value, " \
+                        "labels are -1"
+    rel = os.path.relpath(data, out)
+    shard_rel = os.path.relpath(env_path, out)
+    sha = sha256_file(data) if os.path.isfile(os.path.join(out, shard_rel)) else \
+        records_sha256(data, off, length)
+    size = os.path.getsize(data)
+    shard = {"path": shard_rel, "records": [0, n], "bytes": size, "sha256": sha}
+    index = RecordIndex(np.zeros(n, np.int32), off, length, label, [rel], [size])
+    return index_manifest("lmdb", enc, shape, dtype, classes_of(label), n, shard, extra), index

@@ -3,7 +3,7 @@
 What it does differently from the naive reader:
 
 * **Metadata once.** The dataset's manifest and index (and so every file name and record
-  offset) come from :func:`hpcio.dataset.open_dataset`, read by rank 0 and broadcast; no
+  offset) come from :func:`hpcio.data.dataset.open_dataset`, read by rank 0 and broadcast; no
   rank lists a directory or opens the format's library.
 * **Large collective reads.** The plan says in advance which records a rank needs.
   Consecutive steps are grouped into *requests* of about ``group_bytes`` per rank. For each
@@ -74,9 +74,11 @@ import numpy as np
 
 from ..errors import HpcioError
 from ..fsutil import aligned_empty
-from ..hints import mpi_info
-from .assemble import clusters, copy_records, layout, merge_runs
+from ..mpiutil import node_comm
+from .assemble import copy_records, layout
 from .base import Batch, BufferRing, Reader, faults, register
+from .hints import file_hints, mpi_info
+from .jobs import plan_reads
 from .nodeshare import NodeShare
 
 __all__ = ["CoordinatedReader", "MECHANISMS", "MAX_MPI_FILES"]
@@ -159,7 +161,7 @@ class CoordinatedReader(Reader):
         self._share = None
         if not (self.collective or self.filewise or self.mechanism == "nonblocking"):
             want = _flag(shared) if shared != "auto" else None
-            node = self.comm.Split_type(MPI.COMM_TYPE_SHARED)
+            node = node_comm(self.comm)
             # auto: records of at least SHARE_MIN_RECORD bytes. Measured here (2 ranks):
             # cold ImageNet-like chunk 0.58 vs 0.52x of seq-ranks; warm MNIST (784 B)
             # 1.44 M vs 2.35 M records/s/rank (shuffle none): for small, cached records
@@ -195,7 +197,6 @@ class CoordinatedReader(Reader):
             if info != MPI.INFO_NULL:
                 info.Free()
         if self._fh:
-            from ..hints import file_hints
             self.stats.extra["romio"] = file_hints(self._fh[0][0], (
                 "romio_cb_read", "cb_nodes", "cb_config_list", "cb_buffer_size",
                 "romio_ds_read", "ind_rd_buffer_size"))
@@ -443,80 +444,43 @@ class CoordinatedReader(Reader):
         self.stats.io_s += now - t0
 
     def _read_mpi(self, r, files, buf, nonblocking):
-        """Per file (every file some rank needs, when collective): a file view over this
-        rank's pieces and one read. A piece is a run of neighbouring records, read straight
-        into place through an hindexed memory type; or, where pieces lie at most
-        ``sieve_gap`` bytes apart, a cluster of them read whole into a staging buffer and
-        then copied into place with one numpy gather (fewer, larger reads of small records,
-        at most ``sieve_ratio`` times the bytes needed)."""
+        """Per file (every file some rank needs, when collective): one read through a
+        file view over this rank's pieces (:func:`hpcio.readers.jobs.plan_reads`), into
+        place through an hindexed memory type, or into a staging buffer and then copied
+        into place with one numpy gather."""
         MPI = _mpi()
         idx = self.ds.index
         ids = r.ids
-        fil = idx.file[ids]
-        fo = idx.offset[ids]
-        ln = idx.length[ids]
-        dst = r.off[:-1]
-        order = np.lexsort((fo, fil))
-        fs = fil[order]
-        cuts = np.searchsorted(fs, np.arange(len(idx.files) + 1))
-        jobs, staged = [], 0
-        for j in (np.flatnonzero(files) if self.collective else np.unique(fs)):
-            sel = order[cuts[j]:cuts[j + 1]]
-            o, d, n = fo[sel], dst[sel], ln[sel]
-            post = []
-            if len(o) > 1:
-                dup = np.flatnonzero(o[1:] == o[:-1]) + 1
-                if len(dup):  # a record twice in a request (drop_last=False padding)
-                    first = np.searchsorted(o, o[dup], side="left")
-                    post.append(_copier(buf, d[first].copy(), d[dup].copy(), n[dup].copy()))
-                    keep = np.ones(len(o), dtype=bool)
-                    keep[dup] = False
-                    o, d, n = o[keep], d[keep], n[keep]
-            job = {"j": int(j), "want": int(n.sum()), "post": post}
-            if job["want"]:
-                fro, _, frl = merge_runs(o, o, n)  # file runs: neighbours in the file
-                cs = None
-                if self.sieve_gap > 0 and len(fro) > 1:
-                    cs, cl, pos = clusters(o, n, self.sieve_gap)
-                    if len(cs) == len(fro) or cl.sum() > self.sieve_ratio * job["want"]:
-                        cs = None
-                if cs is not None:
-                    job.update(fstart=cs, flen=cl, stage=staged, pos=pos, d=d, n=n)
-                    job["want"] = int(cl.sum())
-                    staged += job["want"]
-                else:
-                    mo, md, ml = merge_runs(o, d, n)  # memory blocks: neighbours in both
-                    job.update(fstart=fro, flen=frl, mdst=md, mlen=ml)
-            jobs.append(job)
-        stage = (self._stage_buffer(r.slot if nonblocking else 0, staged) if staged
-                 else None)
+        jobs, staged = plan_reads(idx.file[ids], idx.offset[ids], idx.length[ids],
+                                  r.off[:-1], np.flatnonzero(files) if self.collective
+                                  else None, self.sieve_gap, self.sieve_ratio)
+        slot = r.slot if nonblocking else 0
+        stage = self._stage_buffer(slot, staged) if staged else None
         for job in jobs:
-            j, want = job["j"], job["want"]
-            fh = self._fh[j][r.slot if nonblocking else 0]
-            types = []
-            if not want:
+            fh = self._fh[job.file][slot]
+            types, post = [], []
+            if not job.want:
                 ft, spec = MPI.BYTE, [self._scratch, 0, MPI.BYTE]
             else:
-                ft = MPI.BYTE.Create_hindexed(job["flen"].tolist(),
-                                              job["fstart"].tolist()).Commit()
+                ft = MPI.BYTE.Create_hindexed(job.flen.tolist(), job.fstart.tolist()).Commit()
                 types.append(ft)
-                if "stage" in job:
-                    a = job["stage"]
-                    spec = [stage[a:a + want], MPI.BYTE]
-                    job["post"].insert(0, _stager(stage, a + job["pos"], job["d"], job["n"],
-                                                  buf))
+                if job.staged:
+                    spec = [stage[job.stage:job.stage + job.want], MPI.BYTE]
+                    post.append(_stager(stage, job.stage + job.pos, job.dst, job.length,
+                                        buf))
                 else:
-                    mt = MPI.BYTE.Create_hindexed(job["mlen"].tolist(),
-                                                  job["mdst"].tolist()).Commit()
+                    mt = MPI.BYTE.Create_hindexed(job.mlen.tolist(), job.mdst.tolist()).Commit()
                     types.append(mt)
                     spec = [buf, 1, mt]
+            if job.dups is not None:
+                post.append(_copier(buf, *job.dups))
             fh.Set_view(0, MPI.BYTE, ft)
             self.stats.calls += 1
-            self.stats.read_bytes += want
-            fix = _chain(job["post"])
+            self.stats.read_bytes += job.want
+            fix = _chain(post)
             if nonblocking:
                 q = fh.Iread_at_all(0, spec) if self.collective else fh.Iread_at(0, spec)
-                r.pending.append((q, (want, types, fix)))
+                r.pending.append((q, (job.want, types, fix)))
                 continue
             st = MPI.Status()
             try:
@@ -528,10 +492,10 @@ class CoordinatedReader(Reader):
                 for t in types:
                     t.Free()
             got = st.Get_count(MPI.BYTE)
-            if got != want:
-                raise HpcioError(f"{self._paths[j]}: MPI-IO read {got} of {want} bytes: "
-                                 f"a record lies beyond the end of the file (the index "
-                                 f"does not match the data)")
+            if got != job.want:
+                raise HpcioError(f"{self._paths[job.file]}: MPI-IO read {got} of {job.want} "
+                                 f"bytes: a record lies beyond the end of the file (the "
+                                 f"index does not match the data)")
             fix()
 
     def _stage_buffer(self, slot, nbytes):
@@ -624,7 +588,7 @@ def _one_node(comm):
     """True when every rank of ``comm`` shares one node (one page cache)."""
     if comm.Get_size() == 1:
         return True
-    node = comm.Split_type(_mpi().COMM_TYPE_SHARED)
+    node = node_comm(comm)
     try:
         return node.Get_size() == comm.Get_size()
     finally:

@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import HpcioError
 from ..fsutil import aligned_empty
+from ..mpiutil import node_comm
 from .assemble import gather
 from .base import Batch, BufferRing, Reader, faults, register
 
@@ -74,8 +75,7 @@ class MemoryReader(Reader):
             avail = _avail_bytes()
             local = 1
             if comm is not None and comm.Get_size() > 1:
-                from mpi4py import MPI
-                node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+                node = node_comm(comm)
                 local = node.Get_size()
                 node.Free()
             max_bytes = avail // (2 * local) if avail else None

@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from ..errors import HpcioError
+from ..formats import FORMATS
 from .assemble import layout
 from .base import Batch, BufferRing, Reader, faults, register
 
@@ -29,10 +30,6 @@ class NaiveReader(Reader):
 
     def __init__(self, dataset, comm, **options):
         super().__init__(dataset, comm, **options)
-        try:
-            from ..formats import FORMATS
-        except ImportError as e:  # pragma: no cover - formats ship with the package
-            raise HpcioError(f"formats unavailable: {e}")
         try:
             fmt = FORMATS[dataset.format]
         except KeyError:

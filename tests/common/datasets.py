@@ -1,11 +1,11 @@
-"""Small real datasets for tests, made with :func:`hpcio.datagen.generate`."""
+"""Small real datasets for tests, made with :func:`hpcio.data.write.generate`."""
 
 import os
 
-from hpcio.dataset import is_dataset, open_dataset
-from hpcio.datagen import generate
+from hpcio.data.dataset import is_dataset, open_dataset
+from hpcio.data.write import generate
 from hpcio.formats import FORMATS
-from hpcio.images import ENCODINGS
+from hpcio.data.pictures import ENCODINGS
 
 __all__ = ["make_dataset", "FORMATS_X_ENCODINGS", "records_of", "error_lines"]
 
@@ -15,7 +15,7 @@ FORMATS_X_ENCODINGS = [(f, e) for f in FORMATS for e in ENCODINGS]
 def make_dataset(tmpdir, format, encoding, preset="mnist", records=64, shards=2, seed=0,
                  **kw):
     """A dataset in ``tmpdir/<preset>-<format>-<encoding>-<records>-<shards>-<seed>``
-    (made once per directory and reused); returns its :class:`~hpcio.dataset.Dataset`."""
+    (made once per directory and reused); returns its :class:`~hpcio.data.dataset.Dataset`."""
     name = f"{preset}-{format}-{encoding}-{records}-{shards}-{seed}" + "".join(
         f"-{k}{v}" for k, v in sorted(kw.items()))
     out = os.path.join(str(tmpdir), name)

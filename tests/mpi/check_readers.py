@@ -17,7 +17,7 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from hpcio.dataset import open_dataset
+from hpcio.data.dataset import open_dataset
 from hpcio.errors import HpcioError, guard
 from hpcio.plan import epoch_order, make_plan
 from hpcio.readers import make_reader

@@ -7,8 +7,8 @@ import sys
 import torch
 from mpi4py import MPI
 
-from hpcio.dist import init_world, make_dist, pick_device
-from hpcio.results import StopVote
+from hpcio.train.dist import init_world, make_dist, pick_device
+from hpcio.train.stop import StopVote
 
 
 def main(backend):

@@ -8,7 +8,7 @@ when a preset is written as JPEG (90: about 110 KB per 256x256 ImageNet picture)
 
 from dataclasses import dataclass
 
-from .errors import HpcioError
+from ..errors import HpcioError
 
 __all__ = ["Preset", "PRESETS", "get_preset"]
 

@@ -32,8 +32,10 @@ The ``emulate`` model has no gradients to exchange and uses ``none`` whatever is
 import os
 import socket
 from dataclasses import dataclass
+from datetime import timedelta
 
-from .errors import HpcioError
+from ..errors import HpcioError
+from ..mpiutil import node_comm, on_root
 
 __all__ = ["World", "init_world", "pick_device", "DISTS", "TorchDist", "HorovodDist",
            "NoDist", "make_dist", "free_port", "master_address"]
@@ -58,15 +60,15 @@ def init_world(comm=None):
     """Rank, size and node-local rank from MPI (shared-memory split of the communicator)."""
     from mpi4py import MPI
     comm = comm or MPI.COMM_WORLD
-    node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
-    local_rank, local_size = node_comm.rank, node_comm.size
+    node = node_comm(comm)
+    local_rank, local_size = node.rank, node.size
     leader = 1 if local_rank == 0 else 0
     # node index = number of node leaders with a lower rank (one exscan, no gather)
     before = comm.exscan(leader, op=MPI.SUM) or 0  # None on rank 0
-    node = node_comm.bcast(before, root=0)
+    index = node.bcast(before, root=0)
     nodes = comm.allreduce(leader, op=MPI.SUM)
-    return World(comm, comm.rank, comm.size, local_rank, local_size, nodes, node,
-                 socket.gethostname(), node_comm)
+    return World(comm, comm.rank, comm.size, local_rank, local_size, nodes, index,
+                 socket.gethostname(), node)
 
 
 def pick_device(world, want="auto"):
@@ -126,6 +128,14 @@ class NoDist:
         pass
 
 
+def _rendezvous(world):
+    """(address, port) of rank 0 for torch.distributed's TCP store."""
+    try:
+        return master_address(world), int(os.environ.get("MASTER_PORT") or free_port())
+    except OSError as e:
+        raise HpcioError(f"cannot pick an address for torch.distributed: {e}")
+
+
 class TorchDist(NoDist):
     """torch.distributed from MPI: NCCL on GPU, gloo on CPU; DDP around the model."""
 
@@ -139,17 +149,7 @@ class TorchDist(NoDist):
         if world.size == 1:
             self.initialised = False
             return
-        addr, port, err = None, None, None
-        if world.rank == 0:
-            try:
-                addr = master_address(world)
-                port = int(os.environ.get("MASTER_PORT") or free_port())
-            except OSError as e:
-                err = f"cannot pick an address for torch.distributed: {e}"
-        addr, port, err = world.comm.bcast((addr, port, err), root=0)
-        if err:
-            raise HpcioError(err, everywhere=True)
-        from datetime import timedelta
+        addr, port = on_root(world.comm, lambda: _rendezvous(world), share=True)
         td.init_process_group(self.backend, init_method=f"tcp://{addr}:{port}",
                               rank=world.rank, world_size=world.size,
                               timeout=timedelta(seconds=int(

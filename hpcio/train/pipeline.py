@@ -39,8 +39,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .decode import DECODERS, MODES, _shape, decode_images, decode_records, raw_view
-from .errors import HpcioError
+from ..errors import HpcioError
+from .decode import DECODERS, MODES, decode_images, decode_records, raw_view, sample_shape
 
 __all__ = ["Pipeline", "Run", "Prepared", "BRIGHTNESS", "check_labels", "decode_records"]
 
@@ -263,7 +263,7 @@ class Pipeline:
             raise HpcioError(f"unknown encoding {enc!r} (choose from {', '.join(DECODERS)})",
                              everywhere=True)
         self.encoding = enc
-        self.src_shape = _shape(manifest.get("shape"))  # (H, W, C)
+        self.src_shape = sample_shape(manifest.get("shape"))  # (H, W, C)
         try:
             c, h, w = (int(v) for v in input_shape)
         except (TypeError, ValueError):

@@ -10,14 +10,15 @@ import io
 
 import numpy as np
 
-from .errors import HpcioError
+from ..errors import HpcioError
 
 __all__ = ["MODES", "DECODERS", "raw_view", "decode_images", "decode_records"]
 
 MODES = {1: "L", 3: "RGB"}  # channels -> Pillow mode (gray uses Pillow's ITU-R 601 luma)
 
 
-def _shape(shape):
+def sample_shape(shape):
+    """A manifest's ``[H, W, C]`` as ints, checked."""
     try:
         h, w, c = (int(v) for v in shape)
     except (TypeError, ValueError):
@@ -33,7 +34,7 @@ def raw_view(data, offsets, shape):
     The records must be back to back and each ``H*W*C`` bytes long (checked vectorised);
     anything else is bad data and raises :class:`HpcioError`.
     """
-    h, w, c = _shape(shape)
+    h, w, c = sample_shape(shape)
     per = h * w * c
     offsets = np.asarray(offsets)
     n = len(offsets) - 1
@@ -111,4 +112,4 @@ def decode_records(batch, manifest):
     except KeyError:
         raise HpcioError(f"unknown encoding {enc!r} (choose from {', '.join(DECODERS)})",
                          everywhere=True)
-    return dec(batch, _shape(manifest.get("shape")))
+    return dec(batch, sample_shape(manifest.get("shape")))

@@ -14,16 +14,19 @@ the ``length`` bytes at ``offset`` of its file, whatever the format.
 
 import hashlib
 import io
+import json
 import os
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import HpcioError
-from .fsutil import atomic_json, atomic_write
+from ..errors import HpcioError
+from ..fsutil import atomic_json, atomic_write
+from ..mpiutil import bcast_array, raise_everywhere, rank_size
 
-__all__ = ["MANIFEST", "INDEX", "RecordIndex", "Dataset", "open_dataset", "sha256_file",
-           "is_dataset", "bcast_array"]
+__all__ = ["MANIFEST", "INDEX", "KIND", "RecordIndex", "Dataset", "open_dataset",
+           "sha256_file", "is_dataset"]
 
 MANIFEST = "hpcio.json"
 INDEX = "index.npz"
@@ -59,7 +62,6 @@ class RecordIndex:
     def save(self, path):
         # what np.savez does, written out: its first parameter is called ``file``, so
         # ``np.savez(buf, file=...)`` cannot store an array named "file"
-        import zipfile
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
             for k in ("file", "offset", "length", "label", "files", "file_bytes"):
@@ -195,22 +197,8 @@ def shard_sha256(ds, shard):
     return h.hexdigest()
 
 
-def bcast_array(comm, arr, root=0):
-    """Broadcast a numpy array with one buffer broadcast (no pickling of its data)."""
-    meta = comm.bcast(None if comm.rank != root else (arr.dtype.str, arr.shape), root=root)
-    if comm.rank != root:
-        arr = np.empty(meta[1], dtype=np.dtype(meta[0]))
-    if arr.dtype.kind == "U":
-        view = arr.view(np.uint8) if arr.size else np.empty(0, np.uint8)
-        comm.Bcast(view, root=root)
-    elif arr.size:
-        comm.Bcast(np.ascontiguousarray(arr), root=root)
-    return arr
-
-
 def _load(root, check):
     mpath = os.path.join(root, MANIFEST)
-    import json
     try:
         with open(mpath) as f:
             manifest = json.load(f)
@@ -238,7 +226,7 @@ def open_dataset(root, comm=None, check=True):
     them against the files, and broadcasts them: metadata is read once, not by every rank.
     An error found on rank 0 is raised on every rank."""
     root = os.path.abspath(root)
-    if comm is None or comm.Get_size() == 1:
+    if rank_size(comm)[1] == 1:
         manifest, index = _load(root, check)
         return Dataset(root, manifest, index)
     err, manifest, index = None, None, None
@@ -247,9 +235,7 @@ def open_dataset(root, comm=None, check=True):
             manifest, index = _load(root, check)
         except HpcioError as e:
             err = str(e)
-    err = comm.bcast(err, root=0)
-    if err:
-        raise HpcioError(err, everywhere=True)
+    raise_everywhere(comm, err)
     manifest = comm.bcast(manifest, root=0)
     arrays = {}
     for k in ("file", "offset", "length", "label", "files", "file_bytes"):

@@ -10,7 +10,7 @@ trainer.
 from dataclasses import dataclass
 from typing import Callable, Tuple
 
-from ..errors import HpcioError
+from ...errors import HpcioError
 from .caffenet import CaffeNet
 from .cifar_quick import CifarQuick
 from .lenet import LeNet

@@ -7,12 +7,16 @@ run repeats exactly and ranks do not move in lock step. Sleeping releases the GI
 loader threads run during it as they would during a GPU kernel.
 """
 
+import queue
+import threading
 import time
 
 import numpy as np
 import torch
 
-from .errors import HpcioError
+from ..errors import HpcioError
+from ..fsutil import aligned_empty
+from .pipeline import Prepared
 
 __all__ = ["DISTRIBUTIONS", "ComputeTime", "EmulatedModel", "SPEC", "ReadOnly"]
 
@@ -130,8 +134,6 @@ class ReadOnly:
 
 class _ReadOnlyRun:
     def __init__(self, it, prefetch):
-        import queue
-        import threading
         self._q = queue.SimpleQueue()
         self._permits = threading.Semaphore(prefetch)
         self._halt = threading.Event()
@@ -142,14 +144,12 @@ class _ReadOnlyRun:
         self._thread.start()
 
     def _buffer(self, k, n):
-        from .fsutil import aligned_empty
         buf = self._ring[k]
         if buf is None or len(buf) < n:
             buf = self._ring[k] = aligned_empty(max(int(n * 1.25), 4096))
         return buf
 
     def _load(self, it):
-        from .pipeline import Prepared
         now = time.perf_counter
         k = 0
         try:

@@ -8,7 +8,7 @@ import io
 import os
 import time
 
-from .fsutil import atomic_write
+from ..fsutil import atomic_write
 
 __all__ = ["CHECKPOINT", "save_checkpoint", "load_checkpoint"]
 

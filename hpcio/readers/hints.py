@@ -8,7 +8,7 @@ aggregator reads per round), ``romio_ds_read`` (data sieving for independent
 noncontiguous reads) and ``ind_rd_buffer_size`` (its buffer).
 """
 
-from .errors import HpcioError
+from ..errors import HpcioError
 
 __all__ = ["parse_hints", "mpi_info", "file_hints"]
 

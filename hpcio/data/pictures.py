@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .errors import HpcioError
+from ..errors import HpcioError
 
 __all__ = ["ENCODINGS", "EXTENSIONS", "uniform", "labels", "render", "encode", "decode",
            "sniff"]

@@ -1,0 +1,336 @@
+"""Writing datasets: the output directory (what hpcio may replace in it), shards written in
+parallel, the manifest and record index.
+
+Generation is parallel: under ``mpiexec -n P`` shard ``k`` is written by rank ``k % P``;
+a record's pixels and label depend only on (seed, record id), so any number of ranks or
+shards gives the same records. Each rank returns its shards' index arrays to rank 0 once, at
+the end (one gather), and rank 0 writes the manifest and the record index.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from .. import __version__
+from ..errors import HpcioError
+from ..formats import get_format
+from ..formats.base import Block, Spec, record_ranges, write_error
+from ..mpiutil import on_root, raise_everywhere
+from . import pictures
+from .dataset import INDEX, KIND, MANIFEST, Dataset, RecordIndex, is_dataset, open_dataset
+from .presets import get_preset
+
+__all__ = ["generate", "write_dataset", "Synthetic", "prepare_output", "owned_files",
+           "remove_owned", "block_records"]
+
+BLOCK_BYTES = 16 << 20  # raw pixels rendered per block: bounded memory, numpy-sized work
+
+
+def block_records(record_bytes):
+    """Records per block: ~16 MB of raw pixels, at most 1024 records."""
+    return int(max(1, min(1024, BLOCK_BYTES // max(int(record_bytes), 1))))
+
+
+class Synthetic:
+    """Records of a preset: drawn pictures and labels from (seed, record id)."""
+
+    def __init__(self, preset, seed=0, records=None, shape=None):
+        self.preset = get_preset(preset) if isinstance(preset, str) else preset
+        self.seed = int(seed)
+        self.records = self.preset.records if records is None else int(records)
+        self.shape = tuple(self.preset.shape if shape is None else shape)
+        self.classes = self.preset.classes
+
+    def block(self, lo, hi, encoding, quality):
+        px, lab = pictures.render(self.preset.style, self.seed, np.arange(lo, hi),
+                                  self.shape, self.classes)
+        data, lengths = pictures.encode(px, encoding, quality)
+        return Block(lo, hi, lab, data, lengths)
+
+
+# ---- output directory -------------------------------------------------------------------
+
+def owned_files(root):
+    """Paths (relative) that the hpcio dataset in ``root`` wrote and may replace: always its
+    manifest, index and side files; its data too unless it indexed data made elsewhere."""
+    try:
+        with open(os.path.join(root, MANIFEST)) as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return [], []
+    if not isinstance(m, dict) or m.get("kind") != KIND:
+        return [], []
+    own = [MANIFEST, m.get("index", INDEX)] + list(m.get("side_files", []))
+    data, dirs = [], []
+    if m.get("source") in ("generate", "import"):
+        try:
+            idx = RecordIndex.load(os.path.join(root, m.get("index", INDEX)))
+            data = [str(p) for p in idx.files]
+        except HpcioError:
+            data = []
+        for s in m.get("shards", []):
+            p = s.get("path", "")
+            if not p.startswith("shard-"):
+                continue
+            dirs.append(p)
+            if p.endswith(".lmdb"):
+                data.append(p + "/lock.mdb")
+    return own + data, dirs
+
+
+def remove_owned(root, files, dirs):
+    """Remove ``files`` (relative to ``root``) and then the folders in ``dirs`` that are
+    left empty; anything hpcio did not write stays."""
+    for rel in files:
+        p = os.path.join(root, rel)
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise write_error(p, e)
+    # empty folders only, deepest first: anything hpcio did not write stays
+    for top in dirs:
+        full = os.path.join(root, top)
+        if not os.path.isdir(full):
+            continue
+        for d, _, _ in sorted(os.walk(full, topdown=False), key=lambda t: -len(t[0])):
+            try:
+                os.rmdir(d)
+            except OSError:
+                pass
+
+
+def prepare_output(out, targets, force=False):
+    """Make ``out`` ready for a new dataset whose files are ``targets`` (relative).
+
+    An empty or new directory is used as is. One holding an hpcio dataset, or anything
+    else, is refused unless ``force``; with ``force`` only files the old hpcio dataset
+    wrote are removed (listed by its manifest and index), and a target that exists and was
+    not written by hpcio is never overwritten."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise HpcioError(f"{out}: exists and is not a directory")
+    try:
+        os.makedirs(out, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".hpcio-probe-", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise write_error(out, e)
+    entries = [e for e in os.listdir(out)]
+    if not entries:
+        return
+    if is_dataset(out):
+        if not force:
+            raise HpcioError(f"{out}: already holds an hpcio dataset (pass --force to "
+                             f"replace it)")
+        files, dirs = owned_files(out)
+        remove_owned(out, files, dirs)
+    elif not force:
+        raise HpcioError(f"{out}: directory exists and is not empty, and is not an hpcio "
+                         f"dataset (pass --force to write into it; only hpcio's own files "
+                         f"are ever replaced)")
+    for rel in list(targets) + [MANIFEST, INDEX]:
+        p = os.path.join(out, rel)
+        if os.path.lexists(p):
+            raise HpcioError(f"{p}: exists and was not written by hpcio; move it away or "
+                             f"choose another output directory")
+
+
+# ---- progress -------------------------------------------------------------------------------
+
+class _Progress:
+    """A tqdm bar on rank 0 over all ranks' records: other ranks send a small count per
+    block (non-blocking) that rank 0 folds in whenever it finishes a block of its own."""
+
+    TAG = 0x4847
+
+    def __init__(self, comm, total, enabled, desc):
+        self.comm = comm
+        self.size = comm.Get_size() if comm is not None else 1
+        self.rank = comm.Get_rank() if comm is not None else 0
+        self.on = bool(enabled)
+        self.reqs, self.done, self.bar = [], 0, None
+        if self.on and self.rank == 0:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, unit="rec", desc=desc, file=sys.stderr,
+                            dynamic_ncols=True, smoothing=0.05)
+
+    def add(self, n):
+        if not self.on:
+            return
+        if self.rank == 0:
+            self.bar.update(n)
+            self._drain(block=False)
+        else:
+            self.reqs.append(self.comm.isend(int(n), dest=0, tag=self.TAG))
+
+    def _drain(self, block):
+        from mpi4py import MPI
+        while self.size > 1 and self.done < self.size - 1:
+            if not block and not self.comm.iprobe(source=MPI.ANY_SOURCE, tag=self.TAG):
+                return
+            n = self.comm.recv(source=MPI.ANY_SOURCE, tag=self.TAG)
+            if n < 0:
+                self.done += 1
+            else:
+                self.bar.update(n)
+
+    def finish(self):
+        """Every rank, always (also after an error): no message is left unmatched."""
+        if not self.on:
+            return
+        if self.rank == 0:
+            self._drain(block=True)
+            self.bar.close()
+        else:
+            from mpi4py import MPI
+            self.reqs.append(self.comm.isend(-1, dest=0, tag=self.TAG))
+            MPI.Request.waitall(self.reqs)
+
+
+# ---- writing ----------------------------------------------------------------------------------
+
+def _write_shards(out, source, spec, fmt, mine, ranges, progress, quality):
+    """Write this rank's shards; returns their ShardResults."""
+    results = []
+    per = block_records(int(np.prod(spec.shape)))
+    for k in mine:
+        lo, hi = ranges[k]
+        w = None
+        path = os.path.join(out, fmt.targets(k, spec)[0])
+        try:
+            w = fmt.Writer(out, k, lo, hi, spec)
+            for a in range(lo, hi, per):
+                b = min(hi, a + per)
+                w.write(source.block(a, b, spec.encoding, quality))
+                progress.add(b - a)
+            results.append(w.close())
+        except HpcioError:
+            if w is not None:
+                w.abort()
+            raise
+        except Exception as e:  # OSError, lmdb.Error, h5py's errors: one line
+            if w is not None:
+                w.abort()
+            if not isinstance(e, (OSError, RuntimeError)) and \
+                    type(e).__module__.split(".")[0] not in ("lmdb", "h5py"):
+                raise
+            raise write_error(path, e)
+    return results
+
+
+def _assemble(results, spec):
+    """The record index from all shards' results, in record order."""
+    results = sorted(results, key=lambda r: r.records[0])
+    files, file_bytes, fileno = [], [], []
+    for r in results:
+        fileno.append(r.file.astype(np.int64) + len(files))
+        files.extend(r.files)
+        file_bytes.extend(r.file_bytes)
+    cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+    index = RecordIndex(cat(fileno, np.int32), cat([r.offset for r in results], np.int64),
+                        cat([r.length for r in results], np.int64),
+                        cat([r.label for r in results], np.int64),
+                        np.asarray(files, dtype=str), np.asarray(file_bytes, np.int64))
+    if len(index) != spec.records:
+        raise HpcioError(f"shards hold {len(index)} records, expected {spec.records}")
+    return results, index
+
+
+def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=False,
+                  comm=None, progress=False, quality=90, manifest=None, desc=None,
+                  **format_options):
+    """Write the records of ``source`` (an object with ``records``, ``shape``,
+    ``classes`` and ``block(lo, hi, encoding, quality) -> Block``) as a dataset in
+    ``out``; collective over ``comm``. Returns the :class:`~hpcio.dataset.Dataset` on every
+    rank."""
+    fmt = get_format(format)
+    if encoding not in pictures.ENCODINGS:
+        raise HpcioError(f"unknown encoding {encoding!r} (choose from "
+                         f"{', '.join(pictures.ENCODINGS)})", everywhere=True)
+    records, shards = int(source.records), int(shards)
+    if records < 1:
+        raise HpcioError(f"--records must be at least 1 (got {records})", everywhere=True)
+    if shards < 1 or shards > records:
+        raise HpcioError(f"--shards must be between 1 and the record count {records} "
+                         f"(got {shards})", everywhere=True)
+    out = os.path.abspath(out)
+    spec = Spec(format, encoding, tuple(source.shape), int(source.classes), records, shards,
+                {k: v for k, v in format_options.items() if v is not None})
+    keys = fmt.manifest_keys(spec)  # validates options on every rank
+    targets = [t for k in range(shards) for t in fmt.targets(k, spec)]
+    on_root(comm, lambda: prepare_output(out, targets, force))
+    if comm is not None and comm.Get_size() > 1:
+        comm.Barrier()
+    rank = comm.Get_rank() if comm is not None else 0
+    size = comm.Get_size() if comm is not None else 1
+    ranges = record_ranges(records, shards)
+    bar = _Progress(comm, records, progress, desc or f"{format}/{encoding}")
+    err, results = None, []
+    try:
+        results = _write_shards(out, source, spec, fmt, range(rank, shards, size), ranges,
+                                bar, quality)
+    except HpcioError as e:
+        err = f"{e}" if size == 1 else f"{e} (rank {rank})"
+    finally:
+        bar.finish()
+    if size > 1:
+        gathered = comm.gather((err, results), root=0)
+        if rank == 0:
+            errs = [e for e, _ in gathered if e]
+            err = errs[0] if errs else None
+            results = [r for _, rs in gathered for r in rs]
+    else:
+        raise_everywhere(None, err)
+
+    def finish():
+        if err:
+            raise HpcioError(err)
+        res, index = _assemble(results, spec)
+        m = {"kind": KIND, "format": format, "encoding": encoding,
+             "shape": list(spec.shape), "dtype": "uint8", "classes": spec.classes,
+             "records": records}
+        m.update(manifest or {})
+        m.update({"generator": f"hpcio {__version__}", "index": INDEX,
+                  "shards": [r.entry() for r in res]})
+        if encoding == "jpeg":
+            m["quality"] = int(quality)
+        m.update(keys)
+        Dataset(out, m, index).save()
+
+    def finish_or_error():
+        try:
+            finish()
+        except OSError as e:
+            raise write_error(out, e)
+
+    on_root(comm, finish_or_error)
+    return open_dataset(out, comm, check=False)
+
+
+def generate(out, preset="mnist", records=None, format="packed", encoding="raw", shards=1,
+             seed=0, force=False, comm=None, progress=False, shape=None, **format_options):
+    """Write a synthetic ``preset`` dataset (``records`` of them, default the preset's
+    count) to ``out``. Collective over ``comm`` (shard ``k`` on rank ``k % size``);
+    returns the :class:`~hpcio.dataset.Dataset` on every rank. Format options: hdf5
+    ``chunk_records``; ``quality`` sets the JPEG quality (default the preset's).
+    ``shape`` (H, W, C) draws the pictures at another size than the preset's, e.g. raw
+    records already at a model's input for offline-preprocessing runs."""
+    p = get_preset(preset)
+    if records is not None and int(records) < 1:
+        raise HpcioError(f"--records must be at least 1 (got {records})", everywhere=True)
+    if shape is not None:
+        shape = tuple(int(v) for v in shape)
+        if len(shape) != 3 or min(shape) < 1 or shape[2] not in (1, 3):
+            raise HpcioError(f"shape must be H x W x C with C 1 or 3 (got {shape})",
+                             everywhere=True)
+    src = Synthetic(p, seed, records, shape)
+    quality = format_options.pop("quality", None) or p.quality
+    return write_dataset(out, src, format, encoding, shards, force, comm, progress,
+                         quality, manifest={"preset": p.name, "seed": int(seed),
+                                            "source": "generate"},
+                         desc=f"{p.name} {format}/{encoding}", **format_options)

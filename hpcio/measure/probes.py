@@ -1,0 +1,182 @@
+"""What the operating system says about the machine and this process, read in one place:
+``/proc/stat`` (CPU), ``/proc/diskstats`` (bytes read by a disk), the whole disk behind a
+path, its read-ahead, ``/proc/self/io``, ``getrusage``, the load average.
+
+Disk figures are per *whole disk* (``vda``, not ``vda1``): a partition's reads are a
+subset of its disk's, and a disk is what read-ahead and the device queue act on. They are
+node-wide: every process's reads of that disk count, the page cache's read-ahead included.
+"""
+
+import dataclasses
+import os
+import resource
+
+__all__ = ["block_device", "whole_disks", "data_disks", "disk_read_bytes",
+           "read_ahead_kb", "cpu_jiffies", "machine_busy", "proc_io", "rusage",
+           "rss_bytes", "loadavg", "counters", "delta"]
+
+SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
+
+
+def _sysfs_block(path):
+    """The ``/sys/dev/block/<major>:<minor>`` directory (resolved) of the device holding
+    ``path``, or None (tmpfs, overlay, FUSE, NFS)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    real = os.path.realpath(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}")
+    return real if os.path.exists(real) else None
+
+
+def block_device(path):
+    """The whole-disk block device name (e.g. ``vda`` for a file on ``vda1``) holding
+    ``path``, or None when it is not on a local block device."""
+    real = _sysfs_block(path)
+    if real is None:
+        return None
+    if os.path.exists(os.path.join(real, "partition")):
+        real = os.path.dirname(real)
+    return os.path.basename(real)
+
+
+def whole_disks():
+    """Every whole disk of the machine (no loop, RAM or zram devices)."""
+    try:
+        return sorted(d for d in os.listdir("/sys/block")
+                      if not d.startswith(("loop", "ram", "zram")))
+    except OSError:
+        return []
+
+
+def data_disks(path):
+    """The disks whose reads count for data at ``path``: its whole disk, or every whole
+    disk when it is not on a local block device (a network or FUSE file system)."""
+    dev = block_device(path) if path else None
+    return [dev] if dev else whole_disks()
+
+
+def disk_read_bytes(disks):
+    """Bytes read since boot by the named disks (``/proc/diskstats``); None when none of
+    them is listed there."""
+    want, total, seen = set(disks), 0, False
+    try:
+        with open("/proc/diskstats") as f:
+            for line in f:
+                p = line.split()
+                if len(p) > 5 and p[2] in want:
+                    total += int(p[5])
+                    seen = True
+    except (OSError, ValueError):
+        return None
+    return total * SECTOR if seen else None
+
+
+def read_ahead_kb(path):
+    """The kernel read-ahead (KiB) for reads of ``path``: its file system's backing-device
+    info (``/sys/class/bdi/<major>:<minor>``; FUSE and NFS mounts have one too), else its
+    whole disk's queue setting; None when unknown."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    cands = [f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb"]
+    dev = block_device(path)
+    if dev:
+        cands.append(f"/sys/block/{dev}/queue/read_ahead_kb")
+    for p in cands:
+        try:
+            with open(p) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def cpu_jiffies():
+    """Node CPU time since boot from ``/proc/stat`` in jiffies: (user + nice,
+    system + irq + softirq, iowait, idle, total of the first eight fields); None if
+    unreadable."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    v += [0] * (8 - len(v))
+    user, nice, system, idle, iowait, irq, softirq, _steal = v
+    return user + nice, system + irq + softirq, iowait, idle, sum(v)
+
+
+def machine_busy():
+    """(busy jiffies, all jiffies, bytes read by all whole disks) of the machine now;
+    busy = all - idle - iowait."""
+    cpu = cpu_jiffies() or (0, 0, 0, 0, 0)
+    return cpu[4] - cpu[3] - cpu[2], cpu[4], disk_read_bytes(whole_disks()) or 0
+
+
+def proc_io():
+    """``/proc/self/io`` as a dict (rchar, wchar, syscr, syscw, read_bytes, ...):
+    ``read_bytes`` is what this process caused to be fetched from storage; memory-mapped
+    reads are not in it (see page faults)."""
+    out = {}
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                out[k.strip()] = int(v)
+    except (OSError, ValueError):
+        pass
+    return out
+
+
+def rusage():
+    """getrusage(RUSAGE_SELF): CPU seconds, page faults (major ones are mmap reads that
+    went to storage), block I/O operations, context switches, peak RSS."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return {"utime": r.ru_utime, "stime": r.ru_stime, "minflt": r.ru_minflt,
+            "majflt": r.ru_majflt, "inblock": r.ru_inblock, "oublock": r.ru_oublock,
+            "nvcsw": r.ru_nvcsw, "nivcsw": r.ru_nivcsw, "maxrss_kib": r.ru_maxrss}
+
+
+def rss_bytes():
+    """This process's resident memory now."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def loadavg():
+    """The 1-minute load average, or None."""
+    try:
+        with open("/proc/loadavg") as f:
+            return float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def counters(reader=None):
+    """A snapshot of every per-process counter: reader stats, /proc/self/io, getrusage."""
+    snap = {"io": proc_io(), "rusage": rusage()}
+    st = getattr(reader, "stats", None)
+    if st is not None:  # the counters only, not the reader's settings kept in ``extra``
+        snap["reader"] = {f.name: getattr(st, f.name) for f in dataclasses.fields(st)
+                          if isinstance(getattr(st, f.name), (int, float))
+                          and not isinstance(getattr(st, f.name), bool)}
+    return snap
+
+
+def delta(a, b):
+    """``b - a`` for every numeric leaf of two :func:`counters` snapshots (peak RSS is
+    not a counter: its end value is kept)."""
+    out = {}
+    for k, vb in b.items():
+        va = a.get(k)
+        if isinstance(vb, dict):
+            out[k] = delta(va or {}, vb)
+        elif k == "maxrss_kib":
+            out[k] = vb
+        elif isinstance(vb, (int, float)) and isinstance(va, (int, float)):
+            out[k] = vb - va
+    return out

@@ -1,0 +1,140 @@
+"""Per-step accounting: the step log every rank keeps, and each rank's totals.
+
+Step accounting (per rank, per step; ``time.perf_counter`` stamps taken back to back, so
+the components add up to the step's wall time exactly)::
+
+    t0 step start ─ wait for the next prepared batch ─ t1 ─ host-to-device copy ─ t2
+       ─ forward + backward + gradient allreduce + optimiser step (device-synchronised;
+         for ``emulate`` the sleep) ─ t3 ─ checkpoint, if due ─ t4 ─ bookkeeping ─ t5
+    and t5 is the next step's t0.
+
+=============  ==============================================================================
+component      definition
+=============  ==============================================================================
+stall          t1 - t0: training blocked waiting for its batch; split into
+fetch          the part of [t0, t1] that overlaps the batch's reader call [t_fetch0, t_fetch1]
+prep           the part of [t0, t1] that overlaps its preprocessing [t_fetch1, t_prep1]
+stall_other    stall - fetch - prep: hand-over, queueing, exchange between ranks
+h2d            t2 - t1: host-to-device copy (synchronised on GPU; ~0 on CPU)
+compute        t3 - t2: what an accelerator would be busy with
+ckpt           t4 - t3: checkpoint written in this step (0 in most steps, and on ranks > 0)
+other          t5 - t4: harness bookkeeping (records, stop vote, progress bar)
+wall           t5 - t0 = fetch + prep + stall_other + h2d + compute + ckpt + other
+=============  ==============================================================================
+
+Summary figures (:func:`hpcio.analysis.summary.summarize`), computed at the end from the
+ranks' :func:`rank_summary`:
+
+* **AU** (accelerator utilisation, %) = compute / wall, as DLIO and MLPerf Storage define it.
+  Like MLPerf Storage (DLIO's ``metric_exclude_start_steps = 1``) the **first step of every
+  epoch is excluded** from AU and the throughput figures: it carries pipeline start-up (the
+  first read cannot overlap any compute). Per rank AU_r = sum(compute) / sum(wall) over the
+  included steps; the run's AU is the mean over ranks (DLIO averages ranks the same way).
+  If no step is left after the exclusion (1-step epochs), all steps are used and the
+  summary says so (``au_excludes_first_step: false``).
+* **samples/s** = sum over ranks of records_r / wall_r over the included steps (DLIO's
+  throughput: each rank's rate, summed).
+* **MiB/s** = the same with record bytes delivered to the trainer (measured per batch,
+  not records x a nominal size), / 2**20.
+* **stall %** = sum of stall / sum of wall over all ranks' included steps, with its
+  fetch / prep / stall_other split; likewise h2d %, compute %, ckpt %, other %.
+* **slowest vs fastest rank**: each rank's epoch time (sum of its step walls, all steps,
+  all epochs); max / min over ranks and which ranks.
+"""
+
+import time
+
+import numpy as np
+
+__all__ = ["STEP_FIELDS", "COMPONENTS", "StepLog", "split_stall", "rank_summary"]
+
+STEP_FIELDS = ("epoch", "step", "t0", "wall", "fetch", "prep", "stall_other", "h2d",
+               "compute", "ckpt", "other", "records", "nbytes", "fetch_s", "prep_s")
+COMPONENTS = ("fetch", "prep", "stall_other", "h2d", "compute", "ckpt", "other")
+_COL = {f: i for i, f in enumerate(STEP_FIELDS)}
+
+
+def split_stall(t0, t1, f0, f1, p1):
+    """(fetch, prep, other) parts of the wait [t0, t1]: its overlap with the batch's reader
+    call [f0, f1] and with its preprocessing [f1, p1]; the rest is hand-over/queueing."""
+    fetch = max(0.0, min(t1, f1) - max(t0, f0))
+    prep = max(0.0, min(t1, p1) - max(t0, f1))
+    return fetch, prep, (t1 - t0) - fetch - prep
+
+
+class StepLog:
+    """This rank's step records in one preallocated float64 array (one row per step):
+    recording a step is one row assignment, no growing Python lists on the hot path.
+    ``t0`` is relative to ``origin`` (the run's start on this rank)."""
+
+    def __init__(self, capacity, origin=None):
+        self.rows = np.zeros((max(int(capacity), 1), len(STEP_FIELDS)), dtype=np.float64)
+        self.n = 0
+        self.origin = time.perf_counter() if origin is None else origin
+
+    def add(self, epoch, step, t0, t1, t2, t3, t4, t5, f0, f1, p1, records, nbytes,
+            fetch_s=0.0, prep_s=0.0):
+        """Record one step from its time stamps (see the module docstring)."""
+        if self.n == len(self.rows):  # only if the plan was longer than announced
+            self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+        fetch, prep, other = split_stall(t0, t1, f0, f1, p1)
+        self.rows[self.n] = (epoch, step, t0 - self.origin, t5 - t0, fetch, prep, other,
+                             t2 - t1, t3 - t2, t4 - t3, t5 - t4, records, nbytes,
+                             fetch_s, prep_s)
+        self.n += 1
+
+    def column(self, name):
+        return self.rows[:self.n, _COL[name]]
+
+    def arrays(self):
+        """Named columns (ints where the field is a count), for ``np.savez``."""
+        out = {}
+        for f in STEP_FIELDS:
+            col = self.column(f)
+            out[f] = col.astype(np.int64) if f in ("epoch", "step", "records",
+                                                     "nbytes") else col.copy()
+        return out
+
+
+def _included(log_epoch, log_step, first_steps_excluded=True):
+    """Mask of the steps that count towards AU and throughput: all but each epoch's
+    first step (MLPerf Storage's rule)."""
+    if not first_steps_excluded:
+        return np.ones(len(log_step), dtype=bool)
+    return log_step != 0
+
+
+def rank_summary(arrays, exclude_first=True):
+    """This rank's totals from its step arrays (see :meth:`StepLog.arrays`): small,
+    so ranks can gather them at the end."""
+    step, epoch = arrays["step"], arrays["epoch"]
+    mask = _included(epoch, step, exclude_first)
+    if exclude_first and not mask.any():
+        mask = np.ones(len(step), dtype=bool)
+        exclude_first = False
+    out = {"steps": int(len(step)), "steps_measured": int(mask.sum()),
+           "au_excludes_first_step": bool(exclude_first)}
+    for key, m in (("all", np.ones(len(step), dtype=bool)), ("measured", mask)):
+        d = {c: float(arrays[c][m].sum()) for c in COMPONENTS + ("wall",)}
+        d["records"] = int(arrays["records"][m].sum())
+        d["nbytes"] = int(arrays["nbytes"][m].sum())
+        out[key] = d
+    epochs = []
+    for e in np.unique(epoch):
+        em = epoch == e
+        mm = em & mask
+        wall_m = float(arrays["wall"][mm].sum())
+        epochs.append({"epoch": int(e), "steps": int(em.sum()),
+                       "wall": float(arrays["wall"][em].sum()),
+                       "records": int(arrays["records"][em].sum()),
+                       "nbytes": int(arrays["nbytes"][em].sum()),
+                       "au": float(arrays["compute"][mm].sum() / wall_m) if wall_m else 0.0,
+                       "stall": float((arrays["fetch"][em] + arrays["prep"][em] +
+                                       arrays["stall_other"][em]).sum())})
+    out["epochs"] = epochs
+    m = out["measured"]
+    out["au"] = m["compute"] / m["wall"] if m["wall"] else 0.0
+    out["epoch_time"] = out["all"]["wall"]
+    return out
+
+

@@ -1,0 +1,179 @@
+"""The command line of ``python -m hpcio.train`` (also the schema of ``--config`` files).
+
+Every option can come from ``--config FILE.yaml`` (keys are option names, with dashes or
+underscores); flags given on the command line override it. Every error is one line.
+"""
+
+import argparse
+
+from ..cli import ArgumentParser, integer, load_config, positive, seconds
+from ..errors import HpcioError
+from ..plan import SHUFFLES
+from ..readers import READERS
+from ..readers.hints import parse_hints
+from .emulate import DISTRIBUTIONS
+from .models import MODELS
+
+__all__ = ["build_parser", "parse_args", "reader_options", "MODEL_NAMES", "READER_NAMES"]
+
+MODEL_NAMES = (*MODELS, "emulate")
+READER_NAMES = tuple(READERS)
+
+
+def build_parser():
+    """The command line (also the schema of ``--config`` files)."""
+    p = ArgumentParser(
+        prog="python -m hpcio.train", description="Data-parallel training on MPI ranks with per-step stall accounting: "
+                    "how long training waits for data, and why.",
+        epilog="Results: a run directory with config.yaml, env.json, rank-<r>.npz/json, "
+               "summary.json and summary.txt (see hpcio/measure/results.py and "
+               "hpcio/measure/steps.py for definitions).")
+    p.add_argument("--config", metavar="FILE.yaml",
+                   help="options as a YAML mapping (option names as keys); command-line "
+                        "flags override it")
+    g = p.add_argument_group("data")
+    g.add_argument("--data", metavar="PATH", help="dataset directory (required)")
+    g.add_argument("--reader", default="coordinated", choices=READER_NAMES,
+                   help="how batches are read: every rank through the format's library "
+                        "(naive), collective prefetched MPI-IO (coordinated), all in RAM "
+                        "(memory)")
+    g.add_argument("--cache", default="asis", choices=("cold", "warm", "asis"),
+                   help="page-cache state of the dataset before each epoch")
+    g.add_argument("--drop-caches", action="store_true", default=False,
+                   help="with --cache cold, also drop the node's whole page cache "
+                        "(needs root)")
+    g.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
+                   help="MPI-IO (ROMIO) hint for the reader, repeatable")
+    g.add_argument("--reader-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other reader option, repeatable (e.g. shared=false for the "
+                        "coordinated reader; see hpcio/readers/coordinated.py)")
+    g.add_argument("--reader-prefetch", type=integer(0), default=None, metavar="K",
+                   help="batches the reader keeps in flight (reader's default if unset)")
+    g.add_argument("--collective", dest="collective", action="store_true", default=None,
+                   help="collective MPI-IO reads (coordinated reader)")
+    g.add_argument("--independent", dest="collective", action="store_false", default=None,
+                   help="independent MPI-IO reads (coordinated reader)")
+    g = p.add_argument_group("model")
+    g.add_argument("--model", default="lenet", choices=MODEL_NAMES,
+                   help="network to train; 'emulate' sleeps --compute-time per step")
+    g.add_argument("--compute-time", type=seconds, default=0.01, metavar="S",
+                   help="emulate: mean compute time per step (seconds)")
+    g.add_argument("--compute-dist", default="fixed",
+                   choices=tuple(DISTRIBUTIONS),
+                   help="emulate: distribution of the compute time")
+    g.add_argument("--compute-std", type=seconds, default=0.0, metavar="S",
+                   help="emulate: standard deviation of the compute time")
+    g.add_argument("--lr", type=positive, default=0.01, help="SGD learning rate")
+    g.add_argument("--momentum", type=seconds, default=0.9, help="SGD momentum")
+    g = p.add_argument_group("training")
+    g.add_argument("--batch", type=integer(1), default=64, help="samples per rank per step")
+    g.add_argument("--epochs", type=integer(1), default=1, help="passes over the data")
+    g.add_argument("--steps", type=integer(1), default=None, metavar="N",
+                   help="at most N steps per epoch (default: the whole epoch)")
+    g.add_argument("--shuffle", default="global", choices=SHUFFLES,
+                   help="sample order of each epoch (see hpcio/plan.py)")
+    g.add_argument("--seed", type=integer(0), default=0,
+                   help="seeds the sample order, augmentation and compute-time draws")
+    g.add_argument("--drop-last", action=argparse.BooleanOptionalAction, default=True,
+                   help="drop the records that do not fill a last full step")
+    g.add_argument("--checkpoint-every", type=integer(0), default=0, metavar="N",
+                   help="rank 0 writes model + optimiser state every N steps (0: never)")
+    g.add_argument("--checkpoint-dir", metavar="DIR", default=None,
+                   help="where checkpoints go (default: RUNDIR/checkpoints)")
+    g = p.add_argument_group("pipeline")
+    g.add_argument("--threads", type=integer(1), default=2, help="preprocessing threads")
+    g.add_argument("--prefetch", type=integer(0), default=2,
+                   help="batches the pipeline prepares ahead of training")
+    g.add_argument("--offline", action="store_true", default=False,
+                   help="data are pre-decoded (raw, model-sized): skip decode/resize/augment")
+    g.add_argument("--augment", action=argparse.BooleanOptionalAction, default=True,
+                   help="random brightness + clip")
+    g.add_argument("--preprocess", default="auto", choices=("auto", "on", "off"),
+                   help="run the preprocessing pipeline; 'off' hands the step the batch's "
+                        "bytes as read, as DLIO and MLPerf Storage do (only for emulate); "
+                        "auto: off for emulate, on for real models")
+    g = p.add_argument_group("run")
+    g.add_argument("--out", metavar="RUNDIR", default=None,
+                   help="results directory (default: runs/<time>-<reader>-<model>-n<ranks>)")
+    g.add_argument("--dist", default="torch", choices=("torch", "horovod", "none"),
+                   help="gradient exchange: torch.distributed DDP, Horovod, or none")
+    g.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="auto: cuda:<local rank mod GPUs> when there are GPUs, else CPU")
+    g.add_argument("--torch-threads", type=integer(0), default=0, metavar="N",
+                   help="torch intra-op threads per rank (0: the node's cores / its ranks)")
+    g.add_argument("--sample-interval", type=positive, default=0.5, metavar="S",
+                   help="seconds between CPU/memory/disk/GPU samples")
+    g.add_argument("--progress", default="auto", choices=("auto", "on", "off"),
+                   help="progress bar on rank 0 (auto: when its stdout is a terminal; under "
+                        "mpiexec or srun it is a pipe, so say on)")
+    return p
+
+
+def _apply_config(parser, path):
+    """Make the config file's values the parser's defaults, checked like flags."""
+    cfg = load_config(path)
+    actions = {a.dest: a for a in parser._actions}
+    bad = sorted(k for k in cfg if k not in actions or k in ("help", "config"))
+    if bad:
+        raise HpcioError(f"config {path}: unknown option(s): {', '.join(bad)}",
+                         everywhere=True)
+    out = {}
+    for k, v in cfg.items():
+        a = actions[k]
+        if k == "hint":
+            if isinstance(v, dict):
+                v = [f"{hk}={hv}" for hk, hv in v.items()]
+            elif isinstance(v, str):
+                v = [v]
+        elif isinstance(a, (argparse._StoreTrueAction, argparse._StoreFalseAction,
+                            argparse.BooleanOptionalAction)) or k == "collective":
+            if not isinstance(v, bool):
+                raise HpcioError(f"config {path}: {k} must be true or false, not {v!r}",
+                                 everywhere=True)
+        elif v is not None and a.type is not None:
+            try:
+                v = a.type(v)
+            except argparse.ArgumentTypeError as e:
+                raise HpcioError(f"config {path}: {k}: {e}", everywhere=True)
+        if a.choices is not None and v is not None and v not in a.choices:
+            raise HpcioError(f"config {path}: {k}: {v!r} is not one of "
+                             f"{', '.join(map(str, a.choices))}", everywhere=True)
+        out[k] = v
+    parser.set_defaults(**out)
+
+
+def parse_args(argv=None):
+    """Flags (over ``--config``), checked; every error is one line on every rank."""
+    parser = build_parser()
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    if known.config:
+        _apply_config(parser, known.config)
+    args = parser.parse_args(argv)
+    if not args.data:
+        raise HpcioError("--data PATH is required (a dataset directory; make one with "
+                         "'python -m hpcio.datagen')", everywhere=True)
+    if args.compute_std > 0 and args.compute_dist == "fixed":
+        raise HpcioError("--compute-std needs --compute-dist normal, uniform or lognormal",
+                         everywhere=True)
+    if args.preprocess == "auto":
+        args.preprocess = "off" if args.model == "emulate" else "on"
+    if args.preprocess == "off" and args.model != "emulate":
+        raise HpcioError(f"--preprocess off: model {args.model} needs tensors; only "
+                         "emulate runs on the bytes as read", everywhere=True)
+    args.hints = parse_hints(args.hint)
+    return args
+
+
+def reader_options(args):
+    """The reader's options from ``--reader-option``, ``--hint`` and the prefetch and
+    collective flags."""
+    opts = dict(parse_hints(args.reader_option))
+    if args.hints:
+        opts["hints"] = args.hints
+    if args.reader_prefetch is not None:
+        opts["prefetch"] = args.reader_prefetch
+    if args.collective is not None:
+        opts["collective"] = args.collective
+    return opts

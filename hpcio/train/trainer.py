@@ -1,0 +1,442 @@
+"""The trainer: set up a run, train epoch after epoch measuring every step, write results.
+
+    srun -n 64 python -m hpcio.train --data /lustre/me/imagenet.lmdb --reader coordinated \\
+        --model resnet50 --batch 32 --epochs 2 --cache cold
+
+Every rank executes the same sample plan (:mod:`hpcio.plan`) through the chosen reader and
+the preprocessing pipeline, trains a real model (DDP; NCCL on GPUs, gloo on CPUs) or the
+``emulate`` model (a timed sleep, as DLIO and MLPerf Storage do), and records per step how
+long it waited for data and why (:mod:`hpcio.measure.steps`). Results go to a run
+directory (:mod:`hpcio.measure.results`); rank 0 prints a table at the end.
+
+Test hook: ``HPCIO_FAULT=<rank>:<step>`` raises an exception on that rank at the start of
+that (0-based, counted over the whole run) step, to check that a failure on one rank ends
+the whole job. It is read only by this command and has no other effect.
+"""
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..analysis.summary import format_table, summarize
+from ..cache import cache_state
+from ..data.dataset import open_dataset
+from ..errors import HpcioError
+from ..measure.probes import counters, delta
+from ..measure.results import RunDir, capture_env, default_name
+from ..measure.sampler import Sampler
+from ..measure.steps import StepLog, rank_summary
+from ..plan import make_plan
+from ..readers import make_reader
+from .checkpoint import save_checkpoint
+from .dist import init_world, make_dist, pick_device
+from .emulate import SPEC, ComputeTime, EmulatedModel, ReadOnly
+from .models import make_model
+from .options import parse_args, reader_options
+from .pipeline import Pipeline
+from .stop import StopFlag, StopVote
+
+__all__ = ["main", "setup", "train", "write_results", "Run", "Step", "torch_threads"]
+
+_now = time.perf_counter
+# GIL hand-over interval (Python default 5 ms): the training thread must get the GIL
+# back promptly after a sleep or a kernel, or loader threads inflate its compute time
+SWITCH_INTERVAL = float(os.environ.get("HPCIO_SWITCH_INTERVAL", "0.0005"))
+
+
+def torch_threads(world, want=0):
+    """Intra-op threads per rank: ``want``, else this rank's CPUs (its affinity mask when
+    the launcher bound it, else the node's cores shared among the node's ranks)."""
+    if want:
+        return want
+    try:
+        mine = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        mine = os.cpu_count() or 1
+    total = os.cpu_count() or mine
+    if mine < total:
+        return max(1, mine)
+    return max(1, total // max(1, world.local_size))
+
+
+class Step:
+    """One training step of a real model: forward, loss, backward (DDP allreduces the
+    gradients during it), optimiser step; synchronised on GPU so its time is the
+    device's, not the launch's."""
+
+    def __init__(self, model, optimizer, device):
+        import torch
+        self.torch = torch
+        self.model, self.optimizer, self.device = model, optimizer, device
+        self.cuda = device.type == "cuda"
+        self.loss_fn = torch.nn.CrossEntropyLoss()
+        model.train()
+
+    def __call__(self, x, y):
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(x), y)
+        loss.backward()
+        self.optimizer.step()
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+        return loss.detach()
+
+
+class EmulatedStep:
+    """The emulate model's step: sleep for the next drawn compute time."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, x, y):
+        self.model.step()
+        return None
+
+
+def _fault():
+    """(rank, step) of the HPCIO_FAULT test hook, or None."""
+    v = os.environ.get("HPCIO_FAULT")
+    if not v:
+        return None
+    try:
+        r, s = v.split(":")
+        return int(r), int(s)
+    except ValueError:
+        raise HpcioError(f"HPCIO_FAULT={v!r}: expected <rank>:<step>", everywhere=True)
+
+
+def _input_shape(args, ds, spec):
+    if spec.input_shape is not None:
+        return tuple(spec.input_shape)
+    h, w, c = ds.shape
+    return (c, h, w)
+
+
+def _build_model(args, ds, world):
+    """(module, spec, step class) for ``--model``, with the data's class count."""
+    if args.model == "emulate":
+        ct = ComputeTime(args.compute_time, args.compute_std, args.compute_dist,
+                         seed=args.seed, rank=world.rank)
+        return EmulatedModel(ct), SPEC
+    classes = ds.classes
+    if classes is not None and (isinstance(classes, bool) or not isinstance(classes, int)
+                                or classes < 1):
+        raise HpcioError(f"{ds.root}: manifest has an invalid class count {classes!r}",
+                         everywhere=True)
+    return make_model(args.model, num_classes=classes)
+
+
+def _progress(args, world, total):
+    if world.rank != 0:
+        return None
+    on = args.progress == "on" or (args.progress == "auto" and sys.stdout.isatty())
+    if not on:
+        return None
+    return tqdm(total=total, unit="step", file=sys.stdout, dynamic_ncols=True,
+                leave=False)
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)
+
+
+@dataclass
+class Run:
+    """What one run has set up: the job, the data, the model and where results go."""
+
+    args: object
+    world: object
+    device: object
+    ds: object
+    model: object
+    optimizer: object
+    dist: object
+    step_fn: object
+    pipe: object
+    out: RunDir
+    reader_options: dict
+    reopen: bool
+    steps_per_epoch: int
+    threads: int
+    ckpt_dir: str
+    fault: object = None
+    t_begin: float = 0.0
+
+
+@dataclass
+class Trained:
+    """What training measured on this rank."""
+
+    log: StepLog
+    losses: np.ndarray
+    sampler: Sampler
+    stop: StopFlag
+    epochs: list = field(default_factory=list)
+    checkpoints: list = field(default_factory=list)
+    read_totals: dict = field(default_factory=dict)
+    reader_stats: dict = field(default_factory=dict)
+    cut: bool = False
+    t_train: float = 0.0
+    origin_unix: float = 0.0
+
+
+def setup(args):
+    """Check everything before anything heavy (flags, data, model against data, batch
+    against records), then build the model, its gradient exchange and the run directory;
+    rank 0 writes config.yaml and env.json. Collective."""
+    t_begin = _now()
+    world = init_world()
+    threads = torch_threads(world, args.torch_threads)
+    torch.set_num_threads(threads)
+    torch.manual_seed(args.seed)
+    sys.setswitchinterval(SWITCH_INTERVAL)
+    device = pick_device(world, args.device)
+    ds = open_dataset(args.data, world.comm)
+    model, spec = _build_model(args, ds, world)
+    input_shape = _input_shape(args, ds, spec)
+    plan0 = make_plan(ds.records, world.size, world.rank, args.batch, epoch=0,
+                      seed=args.seed, shuffle=args.shuffle, drop_last=args.drop_last)
+    steps_per_epoch = min(plan0.steps, args.steps or plan0.steps)
+    classes = ds.classes if ds.classes is not None else getattr(spec, "classes", None)
+    if args.preprocess == "on":
+        pipe = Pipeline(ds.manifest, input_shape, threads=args.threads,
+                        prefetch=args.prefetch, augment=args.augment, offline=args.offline,
+                        seed=args.seed * 1_000_003 + world.rank,
+                        pin_memory=device.type == "cuda", classes=classes)
+    else:
+        pipe = ReadOnly(args.prefetch)
+    out = RunDir.create(args.out or os.path.join(
+        "runs", default_name(args.reader, args.model, world.size)), world.comm)
+    ckpt_dir = args.checkpoint_dir or os.path.join(out.path, "checkpoints")
+    ropts = reader_options(args)
+    # a cold epoch re-opens the reader after evicting: pages a live process has mapped
+    # (LMDB's mmap) stay in the page cache whatever fadvise or drop_caches say
+    reopen = args.cache == "cold" and args.reader != "memory"
+
+    dist_name = "none" if args.model == "emulate" else args.dist
+    dist = make_dist(dist_name, world, device)
+    model = model.to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    model, optimizer = dist.wrap(model, optimizer)
+    step_fn = EmulatedStep(model) if args.model == "emulate" else Step(model, optimizer,
+                                                                      device)
+    env = capture_env(world, ds.root, args.cache, ropts, device)
+    config = {k: v for k, v in vars(args).items() if k not in ("hint",)}
+    config.update({
+        "ranks": world.size, "nodes": world.nodes, "run_dir": out.path,
+        "dataset": {k: ds.manifest.get(k) for k in ("format", "encoding", "shape",
+                                                    "classes", "records")},
+        "dataset_bytes": ds.nbytes(),
+        "steps_per_epoch": steps_per_epoch, "plan_steps_per_epoch": plan0.steps,
+        "input_shape": list(input_shape), "num_classes": classes,
+        "dist_backend": getattr(dist, "backend", dist_name), "dist_used": dist_name,
+        "device_rank0": str(device), "torch_threads": threads,
+        "checkpoint_dir": ckpt_dir, "reader_options": ropts,
+    })
+    if world.rank == 0:
+        out.yaml("config.yaml", _jsonable(config))
+        out.json("env.json", env)
+    return Run(args, world, device, ds, model, optimizer, dist, step_fn, pipe, out, ropts,
+               reopen, steps_per_epoch, threads, ckpt_dir, _fault(), t_begin)
+
+
+def train(run):
+    """Every epoch: set the cache state, (re)open the reader, run the steps; stop early
+    when the ranks vote to (a signal). Returns what this rank measured."""
+    args, world = run.args, run.world
+    origin, origin_unix = _now(), time.time()  # step t0s are relative to this moment
+    total = args.epochs * run.steps_per_epoch
+    t = Trained(StepLog(total, origin=origin), np.full(total, np.nan),
+                Sampler(args.sample_interval, run.ds.root, run.device, origin=origin),
+                StopFlag(), origin_unix=origin_unix)
+    t.sampler.start()
+    vote = StopVote(world.comm)
+    bar = _progress(args, world, total)
+    reader = None
+    try:
+        for epoch in range(args.epochs):
+            if vote.settle(bool(t.stop)):
+                t.cut = True
+                break
+            ts = _now()
+            if reader is not None and run.reopen:
+                reader.close()
+                reader = None
+            cache = cache_state(args.cache, run.ds, world.comm, drop=args.drop_caches)
+            if reader is None:
+                reader = make_reader(args.reader, run.ds, world.comm, **run.reader_options)
+            plan = make_plan(run.ds.records, world.size, world.rank, args.batch,
+                             epoch=epoch, seed=args.seed, shuffle=args.shuffle,
+                             drop_last=args.drop_last).head(args.steps)
+            before = counters(reader)
+            done, t_start, t_end = _epoch(run, t, reader, plan, epoch, vote, bar)
+            d = delta(before, counters(reader))
+            for k, v in d.get("reader", {}).items():
+                t.read_totals[k] = t.read_totals.get(k, 0) + v
+            t.epochs.append({"epoch": epoch, "steps": done, "setup_s": t_start - ts,
+                             "elapsed_s": t_end - t_start, "cache": _jsonable(cache),
+                             "counters": d})
+            if t.cut:
+                break
+    finally:
+        if bar is not None:
+            bar.close()
+    vote.close()
+    t.sampler.stop()
+    t.t_train = _now() - origin
+    if reader is not None:
+        t.reader_stats = reader.stats.as_dict()
+        reader.close()
+    return t
+
+
+def _epoch(run, t, reader, plan, epoch, vote, bar):
+    """One epoch's steps, each stamped t0..t5 back to back (see
+    :mod:`hpcio.measure.steps`); returns (steps done, start, end)."""
+    world, device, step_fn, log = run.world, run.device, run.step_fn, t.log
+    cuda = device.type == "cuda"
+    every = run.args.checkpoint_every
+    gstep = log.n
+    it = run.pipe.run(reader.epoch(plan), epoch=epoch)
+    t_start = _now()
+    t0 = t_start
+    done = 0
+    try:
+        for s in range(plan.steps):
+            if run.fault is not None and run.fault == (world.rank, gstep):
+                raise RuntimeError(f"HPCIO_FAULT test hook: injected failure at step "
+                                   f"{gstep}")
+            b = next(it)
+            t1 = _now()
+            x = b.x.to(device, non_blocking=True)
+            y = b.y.to(device, non_blocking=True)
+            if cuda:
+                torch.cuda.synchronize(device)
+            t2 = _now()
+            loss = step_fn(x, y)
+            t3 = _now()
+            if every and (gstep + 1) % every == 0 and world.rank == 0:
+                t.checkpoints.append(_checkpoint(run.ckpt_dir, run.model, run.optimizer,
+                                                 epoch, s, gstep))
+                t4 = _now()
+            else:
+                t4 = t3
+            if loss is not None:
+                t.losses[log.n] = float(loss)
+            gstep += 1
+            done += 1
+            if bar is not None:
+                bar.update(1)
+            want_stop = vote.poll(bool(t.stop))
+            t5 = _now()
+            log.add(epoch, s, t0, t1, t2, t3, t4, t5, b.t_fetch0, b.t_fetch1, b.t_prep1,
+                    b.records, b.nbytes, b.fetch_s, b.prep_s)
+            t0 = t5
+            if want_stop:
+                t.cut = True
+                break
+    finally:
+        t_end = _now()
+        it.close()
+    return done, t_start, t_end
+
+
+def write_results(run, t):
+    """Every rank its own files, then one gather of small summaries; rank 0 writes the
+    summary and prints the table."""
+    world = run.world
+    arrays = t.log.arrays()
+    arrays["loss"] = t.losses[:t.log.n]
+    rsum = rank_summary(arrays)
+    run.out.npz(f"rank-{world.rank}.npz", arrays)
+    stats = {k: v for k, v in t.reader_stats.items() if k not in t.read_totals}
+    run.out.json(f"rank-{world.rank}.json", {
+        "rank": world.rank, "host": world.hostname, "local_rank": world.local_rank,
+        "node": world.node, "device": str(run.device), "torch_threads": run.threads,
+        "origin_unix": t.origin_unix, "train_s": t.t_train, "epochs": t.epochs,
+        "checkpoints": t.checkpoints,
+        "reader_stats": _jsonable(dict(stats, **t.read_totals)),
+        "reader_reopened_each_epoch": run.reopen, "summary": rsum,
+        "samples": t.sampler.as_dict()})
+    gathered = world.comm.gather((rsum, t.checkpoints, t.sampler.disk_read_end -
+                                  t.sampler.disk_read_start, world.local_rank,
+                                  t.stop.signum), root=0)
+    run.pipe.close()
+    run.dist.close()
+    if world.rank == 0:
+        _write_summary(run.out, run.args, world, gathered, t.cut, t.stop,
+                       run.steps_per_epoch, t.t_train, _now() - run.t_begin, t.epochs)
+    t.stop.restore()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    run = setup(args)
+    write_results(run, train(run))
+    return 0
+
+
+def _checkpoint(ckpt_dir, model, optimizer, epoch, step, gstep):
+    rec = save_checkpoint(ckpt_dir, model, optimizer, epoch, step)
+    rec["global_step"] = gstep
+    return rec
+
+
+def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_train,
+                   t_total, epochs):
+    per_rank = [g[0] for g in gathered]
+    ckpts = [c for g in gathered for c in g[1]]
+    # node-wide disk counters: count one rank per node (local rank 0)
+    disk = sum(g[2] for g in gathered if g[3] == 0)
+    if any(r["steps"] == 0 for r in per_rank):
+        figures = None
+    else:
+        figures = summarize(per_rank)
+    summary = {
+        "cut_short": bool(cut),
+        "signal": next((g[4] for g in gathered if g[4]), None),
+        "signalled_ranks": [r for r, g in enumerate(gathered) if g[4]],
+        "reader": args.reader, "model": args.model, "ranks": world.size,
+        "nodes": world.nodes, "batch": args.batch, "epochs_requested": args.epochs,
+        "epochs_run": len(epochs), "steps_per_epoch": steps_per_epoch,
+        "train_s": t_train, "total_s": t_total,
+        "au_definition": "AU = compute / wall per rank (mean over ranks), as DLIO and "
+                         "MLPerf Storage; the first step of each epoch is excluded from "
+                         "AU, samples/s and MiB/s as MLPerf Storage does",
+        "metrics": figures,
+        "disk_read_bytes": disk,
+        "checkpoints": {"count": len(ckpts),
+                        "seconds": sum(c["seconds"] for c in ckpts),
+                        "bytes": sum(c["bytes"] for c in ckpts),
+                        "mib_per_s_mean": (float(np.mean([c["mib_per_s"] for c in ckpts
+                                                          if c["mib_per_s"]]))
+                                           if ckpts else None)},
+    }
+    title = (f"hpcio.train: {args.model} on {world.size} rank(s), reader {args.reader}, "
+             f"cache {args.cache}, batch {args.batch}, {len(epochs)} of {args.epochs} "
+             f"epoch(s) x {steps_per_epoch} steps" + ("  [CUT SHORT by signal]" if cut
+                                                       else ""))
+    if figures is None:
+        text = title + "\n  no step completed"
+    else:
+        text = format_table(figures, title)
+    if ckpts:
+        text += (f"\n  checkpoints: {len(ckpts)}, {summary['checkpoints']['seconds']:.3f} s, "
+                 f"{summary['checkpoints']['mib_per_s_mean']:.1f} MiB/s mean")
+    text += f"\n  results: {run.path}\n"
+    run.json("summary.json", summary)
+    run.text("summary.txt", text)
+    print(text, end="", flush=True)
