@@ -64,7 +64,8 @@ sys.path.insert(0, ROOT)
 from hpcio.cli import ArgumentParser  # noqa: E402
 from hpcio.data.dataset import is_dataset, open_dataset  # noqa: E402
 from hpcio.errors import HpcioError, guard  # noqa: E402
-from hpcio.measure.probes import machine_busy  # noqa: E402
+from hpcio.demo import launcher  # noqa: E402
+from hpcio.measure.probes import loadavg, wait_quiet  # noqa: E402
 from hpcio.cache import PIECE, read_file  # noqa: E402
 from hpcio.fsutil import aligned_empty, evict  # noqa: E402
 
@@ -80,41 +81,14 @@ def sequential_read(paths, cold=True):
     return time.perf_counter() - t, total
 
 
-def loadavg():
-    with open("/proc/loadavg") as f:
-        return float(f.read().split()[0])
-
-
-def wait_quiet(max_wait, cpu=0.25, disk_mib_s=5.0):
-    """Wait (up to ``max_wait`` s) for a second with the CPUs < ``cpu`` busy and the
-    disks reading < ``disk_mib_s``: other jobs' I/O on a shared VM would be measured as
-    ours. Returns (cpu busy fraction, disk MiB/s) of the last second looked at, and
-    whether it was quiet."""
-    t = time.monotonic()
-    while True:
-        b0, t0, s0 = machine_busy()
-        time.sleep(1.0)
-        b1, t1, s1 = machine_busy()
-        c, d = (b1 - b0) / max(1, t1 - t0), (s1 - s0) / 2 ** 20
-        if c < cpu and d < disk_mib_s:
-            return c, d, True
-        if time.monotonic() - t > max_wait:
-            return c, d, False
-
-
-def mpiexec():
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return os.environ.get("MPIEXEC") or (here if os.path.exists(here) else "mpiexec")
-
-
 def train(a, ds, reader, compute, out, shuffle):
-    cmd = [mpiexec(), "-n", str(a.ranks), sys.executable, "-m", "hpcio.train",
+    cmd = [launcher(), "-n", str(a.ranks), sys.executable, "-m", "hpcio.train",
            "--data", ds.root, "--model", "emulate", "--compute-time", f"{compute:.6f}",
            "--reader", reader, "--cache", "cold", "--batch", str(a.batch),
            "--epochs", str(a.epochs), "--shuffle", shuffle, "--out", out,
            "--progress", "off"] + a.extra
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    quiet = wait_quiet(a.wait_quiet) if a.wait_quiet else (None, None, True)
+    quiet = wait_quiet(a.wait_quiet, cpu=0.25) if a.wait_quiet else None
     l0 = loadavg()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     if p.returncode:
@@ -127,8 +101,9 @@ def train(a, ds, reader, compute, out, shuffle):
             "samples_s": m["samples_per_s"], "stall": m["stall_percent"],
             "fetch": m["fetch_percent"], "prep": m["prep_percent"],
             "disk_mib": s["disk_read_bytes"] / 2 ** 20, "train_s": s["train_s"],
-            "load_before": l0, "load_after": loadavg(), "idle_cpu_busy": quiet[0],
-            "idle_disk_mib_s": quiet[1], "quiet": quiet[2], "run": out}
+            "load_before": l0, "load_after": loadavg(), "idle_cpu_busy": quiet and quiet["cpu"],
+            "idle_disk_mib_s": quiet and quiet["disk_mib_s"],
+            "quiet": quiet["quiet"] if quiet else True, "run": out}
 
 
 def _med(xs):

@@ -1,4 +1,36 @@
-"""hpcio: MPI-parallel I/O benchmark for deep-learning training on HPC systems."""
+"""hpcio: MPI-parallel I/O benchmark for deep-learning training on HPC systems.
+
+Where things live (one home per concern)::
+
+    data/       datasets: the contract (manifest + record index), writing them, synthetic
+                pictures and presets, imports and indexes of data made elsewhere, and the
+                ``datagen`` command
+    formats/    one module per storage format: its writer, its native (library) reader and
+                its indexer, all behind the protocol in formats/base.py; FORMATS registry
+    plan.py     the sample plan: which records each rank gets at each step
+    readers/    readers that execute a plan (naive, coordinated, memory; READERS registry),
+                with batch assembly, read jobs, node-shared reads and ROMIO hints
+    cache.py    page-cache state of a dataset (cold, warm, as is), proven with mincore
+    train/      the ``train`` command: options, trainer loop, gradient exchange, models,
+                emulated compute, preprocessing pipeline, checkpoints, stop vote
+    measure/    what a run measures: step accounting, system probes (/proc), the sampler
+                thread, the run directory
+    analysis/   figures and tables computed afterwards from what runs wrote
+    bench.py, demo.py, datagen.py   the other commands (``python -m hpcio.<command>``)
+    mpiutil.py  MPI patterns: work on rank 0 with errors raised everywhere, node
+                communicators, array broadcasts
+    cli.py, errors.py, fsutil.py    argument types, one-line errors, atomic files
+
+A new format is a module in formats/ added to FORMATS; a new reader a class in readers/
+decorated with ``@register``; a new per-step figure a column in measure/steps.py and its
+summary in analysis/summary.py; a new command a module with ``main`` run under
+``errors.guard``.
+
+Two imports are deferred, and only these: mpi4py is imported inside the functions that
+use MPI (importing it initialises MPI), and torch only by the training modules (it takes
+seconds), so dataset tools and the analysis start without either. Every other import is
+at the top of its module.
+"""
 
 __version__ = "0.1.0"
 __all__ = ["__version__"]

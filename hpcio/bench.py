@@ -53,7 +53,8 @@ from .cli import ArgumentParser
 from .data.dataset import open_dataset
 from .errors import HpcioError, guard
 from .fsutil import aligned_empty, atomic_json, fs_type
-from .measure.probes import block_device, disk_read_bytes, loadavg, machine_busy, read_ahead_kb
+from .measure import probes
+from .measure.probes import block_device, disk_read_bytes, loadavg, read_ahead_kb
 from .mpiutil import idle_barrier, on_root
 from .plan import SHUFFLES, make_plan
 from .readers import READERS, make_reader
@@ -268,27 +269,9 @@ def _reduce(comm, res):
 
 
 def wait_quiet(comm, max_wait, cpu=0.15, disk_mib_s=5.0):
-    """Wait (up to ``max_wait`` s) for one second in which the machine's CPUs are less
-    than ``cpu`` busy (fraction of all cores) and its disks read less than ``disk_mib_s``,
-    while every rank of this job sleeps: other jobs' CPU or I/O would be measured as ours.
-    Checks once a second for 20 s, then every 20 s. Returns, on every rank, a dict: the
-    last second's ``cpu`` and ``disk_mib_s``, ``quiet`` (whether it was), ``waited_s``."""
-    out = None
-    if comm.rank == 0:
-        t, k = time.monotonic(), 0
-        while True:
-            b0, a0, s0 = machine_busy()
-            time.sleep(1.0)
-            b1, a1, s1 = machine_busy()
-            c, d = (b1 - b0) / max(1, a1 - a0), (s1 - s0) / 2 ** 20
-            waited = time.monotonic() - t
-            if (c < cpu and d < disk_mib_s) or waited > max_wait:
-                out = {"cpu": round(c, 3), "disk_mib_s": round(d, 1),
-                       "quiet": bool(c < cpu and d < disk_mib_s), "waited_s": round(waited, 1)}
-                break
-            k += 1
-            if k >= 20:
-                time.sleep(19.0)
+    """:func:`hpcio.measure.probes.wait_quiet` on rank 0 while every rank of this job
+    sleeps (its own CPU would count as other work); the result on every rank."""
+    out = probes.wait_quiet(max_wait, cpu, disk_mib_s) if comm.rank == 0 else None
     idle_barrier(comm)
     return comm.bcast(out, root=0)
 

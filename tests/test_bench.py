@@ -35,6 +35,7 @@ def test_summarize_ratio_and_spread():
     assert rows["seq"]["x_seq"][0] == 1.0 and rows["seq"]["x_seq_ranks"][0] == 0.5
 
 
+@pytest.mark.mpi
 def test_bench_runs_every_reader_and_limit(tmp_path_factory, tmp_path):
     ds = make_dataset(tmp_path_factory.getbasetemp() / "bench-data", "lmdb", "raw",
                       records=400, shards=2, seed=4)

@@ -25,6 +25,7 @@ def same_records(a, b):
     assert ra == rb
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("n,fmt,enc,shards", [
     (2, "packed", "png", 3), (2, "lmdb", "png", 3), (2, "hdf5", "raw", 3),
     (2, "images", "png", 3), (3, "lmdb", "jpeg", 4), (3, "hdf5", "png", 5),
@@ -45,6 +46,7 @@ def test_parallel_generation_matches_serial(tmp_path, n, fmt, enc, shards):
     assert f"records 45, shape" in p.stdout and p.stdout.count("format ") == 1
 
 
+@pytest.mark.mpi
 def test_default_command_and_info(tmp_path):
     out = tmp_path / "d"
     p = run_py(["-m", "hpcio.datagen", out, "--records", 20, "--format", "lmdb"], check=True)
@@ -66,6 +68,7 @@ def fails(p, *words):
     return lines[0]
 
 
+@pytest.mark.mpi
 def test_refuses_a_directory_that_is_not_a_dataset(tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
@@ -78,6 +81,7 @@ def test_refuses_a_directory_that_is_not_a_dataset(tmp_path):
     assert open_dataset(out).records == 10
 
 
+@pytest.mark.mpi
 def test_existing_dataset_needs_force_and_force_removes_only_hpcio_files(tmp_path):
     out = tmp_path / "d"
     generate(out, records=12, format="images", encoding="png", shards=2)
@@ -95,6 +99,7 @@ def test_existing_dataset_needs_force_and_force_removes_only_hpcio_files(tmp_pat
                     "shard-00000/0001/notes.txt"]
 
 
+@pytest.mark.mpi
 def test_never_overwrites_a_file_hpcio_did_not_write(tmp_path):
     out = tmp_path / "d"
     out.mkdir()
@@ -104,6 +109,7 @@ def test_never_overwrites_a_file_hpcio_did_not_write(tmp_path):
     assert (out / "shard-00000.rec").read_bytes() == b"somebody else's shard"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("args,words", [
     (["--preset", "svhn"], ["--preset", "invalid choice", "svhn"]),
     (["--format", "tfrecord"], ["--format", "invalid choice"]),
@@ -119,6 +125,7 @@ def test_bad_arguments_on_two_ranks(tmp_path, args, words):
     assert not (tmp_path / "d" / "hpcio.json").exists()
 
 
+@pytest.mark.mpi
 def test_output_under_a_file_is_one_line(tmp_path):
     (tmp_path / "f").write_text("")
     fails(run_mpi(2, GEN + [tmp_path / "f" / "d", "--records", 5]), "Not a directory")
@@ -149,6 +156,7 @@ def _launch(prefix, n, args, timeout=120):
                           timeout=timeout, env=env)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("fmt,enc", [("packed", "raw"), ("lmdb", "raw"), ("hdf5", "raw"),
                                      ("hdf5", "png"), ("images", "raw")])
 def test_disk_full_on_two_ranks(tmp_path, fmt, enc):
@@ -159,11 +167,13 @@ def test_disk_full_on_two_ranks(tmp_path, fmt, enc):
     fails(p, "no space left on device")
 
 
+@pytest.mark.mpi
 def test_read_only_file_system(tmp_path):
     prefix, mnt = _private_mount(tmp_path, "size=1m,ro")
     fails(_launch(prefix, 2, [mnt / "d", "--records", 5]), "read-only file system")
 
 
+@pytest.mark.mpi
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
 def test_unwritable_directory(tmp_path):
     d = tmp_path / "ro"

@@ -20,6 +20,7 @@ def _ranks(p):
     return json.loads(lines[0])
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
 def test_torch_ddp_from_mpi(n):
     ranks = _ranks(run_mpi(n, [SCRIPT, "torch"], timeout=120))
@@ -39,12 +40,14 @@ def test_torch_ddp_from_mpi(n):
     assert all(r["settle"] is True for r in ranks)
 
 
+@pytest.mark.mpi
 def test_no_dist_keeps_local_gradients():
     ranks = _ranks(run_mpi(2, [SCRIPT, "none"], timeout=120))
     assert [r["grad"] for r in ranks] == [[[pytest.approx(2.0)] * 3],
                                           [[pytest.approx(4.0)] * 3]]
 
 
+@pytest.mark.mpi
 @pytest.mark.skipif(importlib.util.find_spec("horovod") is None,
                     reason="horovod not installed (see hpcio/dist.py for the recipe)")
 def test_horovod_from_mpi():

@@ -125,7 +125,8 @@ def test_lmdb_offsets_from_the_process_mapping(tmp_path):
     env_dir = os.path.join(ds.root, "shard-00000.lmdb")
     keys, off, length, _, data = value_offsets(env_dir)
     assert keys == [b"%08d" % i for i in range(12)]
-    raw = open(data, "rb").read()
+    with open(data, "rb") as f:
+        raw = f.read()
     with lmdb.open(env_dir, readonly=True, lock=False) as env, env.begin() as txn:
         for k, o, n in zip(keys, off, length):
             assert raw[o:o + n] == txn.get(k)

@@ -25,7 +25,7 @@ from common.mpi import run_mpi, run_py
 DG = ["-m", "hpcio.datagen"]
 
 
-def pictures(name, n, seed=0):
+def draw(name, n, seed=0):
     p = PRESETS[name]
     return pictures.render(p.style, seed, np.arange(n), p.shape, p.classes)
 
@@ -54,8 +54,9 @@ def write_idx(path, arr, gz=False):
         f.write(data)
 
 
+@pytest.mark.mpi
 def test_import_mnist_idx(tmp_path):
-    x, y = pictures("mnist", 30)
+    x, y = draw("mnist", 30)
     src = tmp_path / "mnist"
     src.mkdir()
     write_idx(src / "train-images-idx3-ubyte.gz", x[..., 0], gz=True)
@@ -76,7 +77,7 @@ def test_import_mnist_idx(tmp_path):
 
 
 def test_import_cifar10_batches(tmp_path):
-    x, y = pictures("cifar10", 24)
+    x, y = draw("cifar10", 24)
     planes = x.transpose(0, 3, 1, 2).reshape(24, 3072)  # CIFAR rows: R, G, B planes
     py_dir, bin_dir = tmp_path / "py", tmp_path / "bin"
     py_dir.mkdir()
@@ -104,7 +105,7 @@ def test_import_cifar10_batches(tmp_path):
 
 
 def make_folder(root, n=12, classes=("cat", "dog", "eel"), enc="png"):
-    x, _ = pictures("cifar10", n)
+    x, _ = draw("cifar10", n)
     paths = []
     for i in range(n):
         d = root / classes[i % len(classes)]
@@ -116,6 +117,7 @@ def make_folder(root, n=12, classes=("cat", "dog", "eel"), enc="png"):
     return x, paths
 
 
+@pytest.mark.mpi
 def test_import_folder_keeps_or_reencodes(tmp_path):
     x, paths = make_folder(tmp_path / "src")
     ds = import_data("folder", str(tmp_path / "src"), str(tmp_path / "keep"),
@@ -134,6 +136,7 @@ def test_import_folder_keeps_or_reencodes(tmp_path):
         [pictures.decode(p.read_bytes(), "png").tobytes() for p in order]
 
 
+@pytest.mark.mpi
 def test_folder_with_an_unreadable_image(tmp_path):
     make_folder(tmp_path / "src", n=6)
     (tmp_path / "src" / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
@@ -148,7 +151,7 @@ def test_folder_with_an_unreadable_image(tmp_path):
 
 def make_caffe_lmdb(path, n=10, encoded=True):
     """Like Caffe's convert_imageset: keys '%08d_<file name>', Datum values."""
-    x, y = pictures("cifar10", n)
+    x, y = draw("cifar10", n)
     with lmdb.open(str(path), map_size=64 << 20) as env, env.begin(write=True) as txn:
         for i in range(n):
             if encoded:
@@ -160,6 +163,7 @@ def make_caffe_lmdb(path, n=10, encoded=True):
     return x, y
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("encoded", [True, False])
 def test_index_caffe_lmdb(tmp_path, encoded):
     env = tmp_path / "train_lmdb"
@@ -198,7 +202,7 @@ def test_index_plain_lmdb_values(tmp_path):
 
 @pytest.mark.parametrize("chunks", [None, (4, 28, 28, 1)])
 def test_index_hdf5(tmp_path, chunks):
-    x, y = pictures("mnist", 10)
+    x, y = draw("mnist", 10)
     f5 = tmp_path / "data" / "train.h5"
     f5.parent.mkdir()
     with h5py.File(f5, "w") as f:
@@ -212,6 +216,7 @@ def test_index_hdf5(tmp_path, chunks):
     assert native_records(ds) == recs
 
 
+@pytest.mark.mpi
 def test_index_image_folder(tmp_path):
     x, paths = make_folder(tmp_path / "imgs", n=9, enc="jpeg")
     p = run_mpi(2, DG + ["index", tmp_path / "imgs"])
@@ -224,6 +229,7 @@ def test_index_image_folder(tmp_path):
     ds.verify_checksums()
 
 
+@pytest.mark.mpi
 def test_corrupt_and_truncated_inputs_to_index(tmp_path):
     env = tmp_path / "env"
     make_caffe_lmdb(env, n=40)
@@ -235,7 +241,7 @@ def test_corrupt_and_truncated_inputs_to_index(tmp_path):
     fails(run_mpi(2, DG + ["index", env], timeout=60), "not a readable LMDB")
     f5 = tmp_path / "h" / "t.h5"
     f5.parent.mkdir()
-    x, y = pictures("mnist", 20)
+    x, y = draw("mnist", 20)
     with h5py.File(f5, "w") as f:
         f.create_dataset("images", data=x)
         f.create_dataset("labels", data=y)

@@ -160,7 +160,8 @@ def test_rundir_atomic_files_and_refuses_to_overwrite(tmp_path):
     run.yaml("c.yaml", {"k": [1, 2]})
     run.npz("d.npz", {"w": np.ones(3)})
     run.text("e.txt", "hi\n")
-    assert json.load(open(run.file("a.json"))) == {"x": 3, "y": [0, 1]}
+    with open(run.file("a.json")) as f:
+        assert json.load(f) == {"x": 3, "y": [0, 1]}
     assert np.load(run.file("d.npz"))["w"].sum() == 3
     assert sorted(os.listdir(run.path)) == ["a.json", "c.yaml", "d.npz", "e.txt"]
     with pytest.raises(HpcioError, match="not empty"):

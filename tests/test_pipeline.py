@@ -17,7 +17,7 @@ from hpcio.plan import make_plan
 from hpcio.data.presets import get_preset
 from hpcio.readers import make_reader
 from hpcio.readers.base import Batch
-from tests.common.datasets import FORMATS_X_ENCODINGS, make_dataset
+from common.datasets import FORMATS_X_ENCODINGS, make_dataset
 
 
 def pictures(n, h, w, c, seed=0):

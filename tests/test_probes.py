@@ -52,7 +52,7 @@ def _sh(*cmd):
 @pytest.fixture
 def partition(tmp_path):
     """An ext4 file system on partition 1 of a loop device, mounted (root only)."""
-    if os.geteuid() != 0 or not all(shutil.which(c) for c in ("losetup", "addpart",
+    if os.geteuid() != 0 or not all(shutil.which(c) for c in ("losetup", "addpart", "delpart",
                                                               "mkfs.ext4", "mount")):
         pytest.skip("needs root, losetup, addpart and mkfs.ext4 for a partitioned device")
     img = tmp_path / "disk.img"
@@ -65,11 +65,15 @@ def partition(tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     name, node = os.path.basename(loop), loop + "p1"
-    mounted = made = False
+    mounted = made = parted = False
     try:
+        if os.path.exists(f"/sys/block/{name}/{name}p1"):  # left by an earlier user
+            _sh("delpart", loop, "1")
         _sh("addpart", loop, "1", "2048", str((64 << 20) // 512 - 2048))
+        parted = True
         if not os.path.exists(node):  # no udev here: make the node from sysfs
-            major, minor = open(f"/sys/block/{name}/{name}p1/dev").read().split(":")
+            with open(f"/sys/block/{name}/{name}p1/dev") as f:
+                major, minor = f.read().split(":")
             os.mknod(node, 0o600 | 0o060000, os.makedev(int(major), int(minor)))
             made = True
         _sh("mkfs.ext4", "-q", node)
@@ -81,6 +85,8 @@ def partition(tmp_path):
             subprocess.run(["umount", str(mnt)], check=False)
         if made:
             os.unlink(node)
+        if parted:
+            subprocess.run(["delpart", loop, "1"], check=False)
         subprocess.run(["losetup", "-d", loop], check=False)
 
 

@@ -50,6 +50,7 @@ def test_registry():
         make_reader("bogus", None, None)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
 def test_every_format_exactly_once_same_bytes_same_sequence(data, n):
     """check_readers.py asserts, on every rank: ids = the plan, labels and bytes = the
@@ -69,6 +70,7 @@ def test_every_format_exactly_once_same_bytes_same_sequence(data, n):
             assert by[(name, sh, "1", "0")] != by[(name, sh, "1", "1")]
 
 
+@pytest.mark.mpi
 def test_same_seed_same_order_across_runs(data):
     """Two separate jobs (other reader variants, tiny requests) deliver the same sequences."""
     a = check(2, data[:2], "coordinated,memory", "--batch", "3", "--drop-last", "yes")
@@ -151,6 +153,7 @@ def broken_copy(tmp_path, data, how):
     return str(dst)
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("how,args,msg", [
     ("truncated", [], r"bytes on disk, the index says"),
     ("missing", [], r"shard file missing"),

@@ -40,6 +40,7 @@ def _srun(n, args, timeout=180, env=None):
                           env=dict(os.environ, **(env or {})))
 
 
+@pytest.mark.mpi
 def test_train_under_srun_is_one_mpi_world(tmp_path):
     ds = make_dataset(str(tmp_path), "lmdb", "png", preset="mnist", records=256, shards=2)
     out = tmp_path / "run"
@@ -54,6 +55,7 @@ def test_train_under_srun_is_one_mpi_world(tmp_path):
             "summary.json"} <= set(os.listdir(out))
 
 
+@pytest.mark.mpi
 def test_error_on_one_rank_ends_the_srun_job(tmp_path):
     ds = make_dataset(str(tmp_path), "packed", "raw", preset="mnist", records=256, shards=2)
     p = _srun(2, ["-m", "hpcio.train", "--data", ds.root, "--model", "emulate",

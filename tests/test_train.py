@@ -14,13 +14,15 @@ import yaml
 
 from common.datasets import make_dataset
 from common.mpi import mpiexec, run_mpi, run_py
-from hpcio.train.emulate import ComputeTime
+from hpcio.formats import FORMATS as FORMAT_REGISTRY
 from hpcio.measure.steps import COMPONENTS, STEP_FIELDS
+from hpcio.train.emulate import ComputeTime
+from hpcio.train.options import MODEL_NAMES, READER_NAMES
 
 TRAIN = ["-m", "hpcio.train"]
-MODELS = ["lenet", "cifar-quick", "caffenet", "resnet50", "emulate"]
-READERS = ["naive", "coordinated", "memory"]
-FORMATS = ["lmdb", "hdf5", "images", "packed"]
+MODELS = list(MODEL_NAMES)
+READERS = list(READER_NAMES)
+FORMATS = list(FORMAT_REGISTRY)
 # the data each model trains on (the pipeline resizes to the model's input)
 PRESET = {"lenet": ("mnist", "png"), "cifar-quick": ("cifar10", "png"),
           "caffenet": ("cifar10", "raw"), "resnet50": ("cifar10", "raw"),
@@ -102,6 +104,7 @@ def check_run(out, ranks, steps, epochs, batch, cut_short=False):
     return summary
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("model", MODELS)
 def test_every_model_and_reader_completes(tmp_path, data, model, reader):
@@ -127,6 +130,7 @@ def _draws(mean, std, dist, seed, rank, n):
     return np.array([ct.draw() for _ in range(n)])
 
 
+@pytest.mark.mpi
 def test_accounting_adds_up_with_emulated_steps(tmp_path, data):
     ds = data("packed", records=128)
     out = tmp_path / "run"
@@ -164,6 +168,7 @@ def test_accounting_adds_up_with_emulated_steps(tmp_path, data):
     assert summary["metrics"]["au_percent"] == pytest.approx(100 * np.mean(aus), rel=1e-9)
 
 
+@pytest.mark.mpi
 def test_config_file_checkpoints_and_single_rank(tmp_path, data):
     ds = data("lmdb")
     cfg = tmp_path / "cfg.yaml"
@@ -191,6 +196,7 @@ def test_config_file_checkpoints_and_single_rank(tmp_path, data):
         assert json.load(f)["checkpoints"]["count"] == 2
 
 
+@pytest.mark.mpi
 def test_exception_on_rank1_ends_the_job(tmp_path, data):
     ds = data("packed")
     t = time.monotonic()
@@ -236,6 +242,7 @@ def _rank_pids(pid):
     return pids
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("target", ["mpiexec", "one-rank"])
 def test_sigterm_flushes_results_cut_short(tmp_path, data, target):
     ds = data("packed")
@@ -276,6 +283,7 @@ def _one_error(p):
     return lines[0]
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("args, says", [
     (["--model", "alexnet"], "invalid choice: 'alexnet'"),
     (["--batch", "0"], "--batch"),
@@ -293,6 +301,7 @@ def test_bad_flags_give_one_line(tmp_path, data, args, says):
     assert says in _one_error(p)
 
 
+@pytest.mark.mpi
 def test_bad_data_and_config_give_one_line(tmp_path, data):
     p = run_mpi(2, TRAIN + ["--data", tmp_path / "nothing"], timeout=60)
     assert "no such dataset directory" in _one_error(p)

@@ -10,10 +10,11 @@ node-wide: every process's reads of that disk count, the page cache's read-ahead
 import dataclasses
 import os
 import resource
+import time
 
 __all__ = ["block_device", "whole_disks", "data_disks", "disk_read_bytes",
            "read_ahead_kb", "cpu_jiffies", "machine_busy", "proc_io", "rusage",
-           "rss_bytes", "loadavg", "counters", "delta"]
+           "rss_bytes", "loadavg", "wait_quiet", "counters", "delta"]
 
 SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
 
@@ -112,6 +113,28 @@ def machine_busy():
     busy = all - idle - iowait."""
     cpu = cpu_jiffies() or (0, 0, 0, 0, 0)
     return cpu[4] - cpu[3] - cpu[2], cpu[4], disk_read_bytes(whole_disks()) or 0
+
+
+def wait_quiet(max_wait, cpu=0.15, disk_mib_s=5.0):
+    """Wait (up to ``max_wait`` s) for one second in which the machine's CPUs are less
+    than ``cpu`` busy (fraction of all cores) and its disks read less than ``disk_mib_s``:
+    other jobs' CPU or I/O would be measured as ours. Checks once a second for 20 s, then
+    every 20 s. Returns the last second's ``cpu`` and ``disk_mib_s``, ``quiet`` (whether
+    it was) and ``waited_s``."""
+    t, k = time.monotonic(), 0
+    while True:
+        b0, a0, s0 = machine_busy()
+        time.sleep(1.0)
+        b1, a1, s1 = machine_busy()
+        c, d = (b1 - b0) / max(1, a1 - a0), (s1 - s0) / 2 ** 20
+        waited = time.monotonic() - t
+        quiet = c < cpu and d < disk_mib_s
+        if quiet or waited > max_wait:
+            return {"cpu": round(c, 3), "disk_mib_s": round(d, 1), "quiet": bool(quiet),
+                    "waited_s": round(waited, 1)}
+        k += 1
+        if k >= 20:
+            time.sleep(19.0)
 
 
 def proc_io():

@@ -1,16 +1,9 @@
 """Vectorised batch assembly: record layout, run merging, and gathers from a big buffer.
 
-Measured on the 2-core VM (copies from RAM into a page-aligned buffer):
-
-* equal-length records (MNIST, 784 B): one fancy index over a strided 2-D view of the
-  source, 4.4-4.7 M records/s (3.5 GB/s); a Python loop of slice copies: 0.9 M records/s;
-* variable-length records of ~110 KB: a Python loop over *runs* (each copy >= 16 KiB)
-  14 GB/s, because per-iteration cost (~1 us) is small beside the memcpy; the vectorised
-  chunked copy (records split into fixed-size chunks, one fancy index) 3.7-4.2 GB/s.
-
-So :func:`gather` uses one numpy operation for small records and a loop over merged runs
-only when every iteration moves at least ``BIG_RUN`` bytes: the loop is then memcpy-bound,
-not Python-bound.
+A Python loop per record costs more than copying a small record, so :func:`gather` uses
+one numpy operation for small records, and a loop over merged runs only when every
+iteration moves at least ``BIG_RUN`` bytes: the loop is then memcpy-bound, not
+Python-bound (figures in ``benchmarks/design.md``).
 """
 
 import numpy as np

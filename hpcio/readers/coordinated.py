@@ -17,25 +17,18 @@ What it does differently from the naive reader:
   ``collective=False`` reads the same views independently (``MPI_File_read_at``, with
   ROMIO's data sieving off unless a hint turns it on: the runs are already merged, sieving
   would only add the holes between them). ``collective="auto"`` (default) is independent
-  when all ranks share one node and collective otherwise: measured here (2 ranks, one VM),
-  two-phase I/O only adds a copy through the one aggregator when every rank shares one page
-  cache, and for chunk/global shuffles it reads the whole extent of the ranks' union
-  (0.01-0.15x of sequential), while independent reads of merged runs reached 0.5x (warm)
-  to 1.0x (cold) of a sequential read.
+  when all ranks share one node and collective otherwise: on one node two-phase I/O only
+  adds a copy through the one aggregator (every rank shares one page cache), and for
+  shuffled plans it reads the whole extent of the ranks' union (``benchmarks/design.md``).
 * **One reader per byte on a node** (``shared=True``, off by default; ``shared="auto"``
   turns it on for independent reads when a node holds several ranks and the mean record
   is at least 16 KiB; :mod:`hpcio.readers.nodeshare`). The ranks of a node
   exchange their plans once per epoch; for each request the union of their records is
   read once, as large pieces in file order split between them, into an MPI-3 shared
-  window, and each rank copies its own records out with one vectorised gather. Measured
-  here (2 ranks, cold, ImageNet-like): chunk shuffle 0.56-0.59x of ``seq-ranks`` against
-  0.49-0.52x with per-rank reads; shuffle ``none`` within noise of per-rank reads; for
-  warm 784-byte records slower (1.44 M against 2.35 M records/s/rank), hence the
-  record-size threshold. In training it cost more than it saved: emulated compute at 80%
-  of the cold sequential bandwidth, chunk shuffle, 2 ranks, 192 KiB records: AU 79% with
-  it against 87-90% without (3 interleaved pairs), because every request waits for the
-  slowest rank of the node, coupling ranks that training does not couple. Hence off by
-  default.
+  window, and each rank copies its own records out with one vectorised gather. It helps
+  pure reads of large records, not small cached ones (hence the record-size threshold),
+  and in training it costs more than it saves: every request waits for the slowest rank
+  of the node, coupling ranks that training does not couple. Hence off by default.
 * **Request size from the plan.** A request is at least ``group_bytes`` per rank and is
   doubled (up to ``max_request_bytes``) while that makes it markedly denser: with
   ``chunk`` shuffling a request then covers a whole mixing window, so a rank's records lie
@@ -146,9 +139,8 @@ class CoordinatedReader(Reader):
         self._base = np.zeros(len(idx.files), dtype=np.int64)  # files laid end to end
         np.cumsum(idx.file_bytes[:-1], out=self._base[1:])
         # holes up to 32 KiB are read through rather than skipped: that pays for small
-        # records (many reads become few); for ~100 KB records measured slower (0.86x vs
-        # 1.25x of sequential, chunk shuffle, cold) than one read per record, so big
-        # records' holes (wider than 32 KiB) are skipped
+        # records (many reads become few), not for ~100 KB ones, whose wider holes are
+        # skipped
         self.sieve_gap = int(32 << 10 if sieve_gap is None else sieve_gap)
         self._ring = BufferRing(self.prefetch + 1, slack=1.25, least=4096)
         self._stage = [None] * (self.prefetch + 1)
@@ -162,9 +154,7 @@ class CoordinatedReader(Reader):
         if not (self.collective or self.filewise or self.mechanism == "nonblocking"):
             want = _flag(shared) if shared != "auto" else None
             node = node_comm(self.comm)
-            # auto: records of at least SHARE_MIN_RECORD bytes. Measured here (2 ranks):
-            # cold ImageNet-like chunk 0.58 vs 0.52x of seq-ranks; warm MNIST (784 B)
-            # 1.44 M vs 2.35 M records/s/rank (shuffle none): for small, cached records
+            # auto: records of at least SHARE_MIN_RECORD bytes: for small, cached records
             # the copy out of the window and the node-wide wait cost more than they save
             if want or (want is None and node.Get_size() > 1
                         and self._mean >= SHARE_MIN_RECORD):

@@ -19,9 +19,8 @@ Raw records are converted over the whole chunk at once (one reshape of the buffe
 for the resize and arithmetic): no Python runs per sample. PNG/JPEG are decoded per
 picture in Pillow, which releases the GIL, so the workers decode in parallel; the decoded
 chunk is then resized in one torch call on uint8 (its vectorised channels-last kernel:
-Pillow's bilinear filter within a grey level). Measured here, CPU per 256x256 RGB picture
-to 227x227: 115 us this way, 630-720 us with Pillow picture by picture, 800-1470 us on
-floats.
+Pillow's bilinear filter within a grey level), several times cheaper than Pillow picture
+by picture or resizing floats (``benchmarks/design.md``).
 
 Timestamps are ``time.perf_counter()`` taken in the thread where the event happens (one
 clock for all threads), so a consumer can split its own wait into fetch and prep.
