@@ -180,11 +180,14 @@ def reexec_traced(lib: str, config_path: str = DEFAULT_CONFIG, dxt: bool = True,
         maps = open("/proc/self/maps").read()
         if os.path.realpath(lib) not in maps:
             raise HpcioError(f"LD_PRELOAD names {lib} but it is not loaded "
-                             "(see the loader's message above)")
+                             "(see the loader's message above)", everywhere=True)
         return
     if os.environ.get(_MARK):
-        raise HpcioError(f"LD_PRELOAD lost {lib} across the re-exec")
-    check_library(lib)
+        raise HpcioError(f"LD_PRELOAD lost {lib} across the re-exec", everywhere=True)
+    try:
+        check_library(lib)
+    except HpcioError as e:  # every rank checks the same library: rank 0 says it once
+        raise HpcioError(str(e), everywhere=True) from None
     env = dict(os.environ)
     env.update(trace_env(lib, config_path, dxt, log_dir))
     env[_MARK] = "1"

@@ -1,6 +1,7 @@
 """Run under a launcher (or alone): re-execute traced by Darshan, as ``hpcio.train --darshan``
-does, then read a file through MPI-IO, each rank its own slice with ``Read_at``; every rank
-writes what it saw to OUT/rank-<r>.json for tests/test_darshan.py.
+does, then read DATA: a file through MPI-IO, each rank its own slice with ``Read_at``, or a
+folder's files with plain reads, rank r the files r, r+size, ...; every rank writes what it
+read to OUT/rank-<r>.json for tests/test_darshan.py, rank 0's log goes to OUT/darshan/.
 
     darshan_read.py LIB CONFIG DATA OUT
 """
@@ -15,6 +16,31 @@ from hpcio.measure import darshan
 CHUNK = 1 << 20
 
 
+def read_mpiio(comm, path):
+    from mpi4py import MPI
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    f = MPI.File.Open(comm, path, MPI.MODE_RDONLY)
+    total = f.Get_size()
+    start, end = total * rank // size, total * (rank + 1) // size
+    buf = bytearray(CHUNK)
+    got = 0
+    for off in range(start, end, CHUNK):
+        status = MPI.Status()
+        f.Read_at(off, memoryview(buf)[:min(CHUNK, end - off)], status)
+        got += status.Get_count(MPI.BYTE)
+    f.Close()
+    return got
+
+
+def read_files(folder, rank, size):
+    got = 0
+    for name in sorted(os.listdir(folder))[rank::size]:
+        with open(os.path.join(folder, name), "rb") as f:
+            got += len(f.read())
+    return got
+
+
 def main():
     lib, config, data, out = sys.argv[1:5]
     os.environ.setdefault("PID_BEFORE_EXEC", str(os.getpid()))  # survives the exec
@@ -25,17 +51,7 @@ def main():
     rank, size = comm.Get_rank(), comm.Get_size()
     if rank == 0:
         darshan.set_logfile(darshan.log_path(out, "read"))
-    f = MPI.File.Open(comm, data, MPI.MODE_RDONLY)
-    total = f.Get_size()
-    start, end = total * rank // size, total * (rank + 1) // size
-    buf = bytearray(CHUNK)
-    got = 0
-    for off in range(start, end, CHUNK):
-        n = min(CHUNK, end - off)
-        status = MPI.Status()
-        f.Read_at(off, memoryview(buf)[:n], status)
-        got += status.Get_count(MPI.BYTE)
-    f.Close()
+    got = read_files(data, rank, size) if os.path.isdir(data) else read_mpiio(comm, data)
     mapped = {line.split()[-1] for line in open("/proc/self/maps") if "/lib" in line}
     with open(os.path.join(out, f"rank-{rank}.json"), "w") as fo:
         json.dump({"rank": rank, "size": size, "read": got, "pid": os.getpid(),
