@@ -4,6 +4,7 @@ mpi4py's MPI by scripts/darshan-local.sh (once, cached in the checkout's .darsha
 ../shared/fixtures (the checkout's sibling ``shared/``)."""
 
 import glob
+import importlib.util
 import json
 import os
 import shutil
@@ -56,11 +57,9 @@ def lib():
 @pytest.fixture(scope="session")
 def parser(request):
     """None (PyDarshan) when PyDarshan is installed, else the build's darshan-parser."""
-    try:
-        import darshan as _  # noqa: F401
+    if importlib.util.find_spec("darshan") is not None:
         return None
-    except ImportError:
-        return darshan.find_parser(request.getfixturevalue("lib"))
+    return darshan.find_parser(request.getfixturevalue("lib"))
 
 
 def _traced(n, lib, config, data, out, launcher=None):

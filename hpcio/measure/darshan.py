@@ -9,6 +9,7 @@ to it. ``scripts/darshan-local.sh build`` builds one against mpi4py's MPI.
 """
 
 import hashlib
+import importlib.util
 import math
 import os
 import re
@@ -27,9 +28,8 @@ __all__ = ["DEFAULT_CONFIG", "config_text", "write_config", "shared_config", "ch
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "darshan.conf")
 
-# Modules whose record tables config_text sizes, and their record sizes in bytes (Darshan
-# 3.5.0's darshan_posix_file, darshan_mpiio_file, darshan_stdio_file).
-_RECORD_MODULES = "POSIX,STDIO,MPI-IO,DXT_POSIX,DXT_MPIIO"
+# Bytes of one file's records in the POSIX, MPI-IO and STDIO modules (Darshan 3.5.0's
+# darshan_posix_file, darshan_mpiio_file, darshan_stdio_file), all drawn from MODMEM.
 _RECORD_BYTES = 704 + 560 + 248
 _HEADROOM = 1024  # Darshan's own default table: files the run opens besides the dataset
 _MIB = 1 << 20
@@ -177,8 +177,9 @@ def reexec_traced(lib: str, config_path: str = DEFAULT_CONFIG, dxt: bool = True,
     only checks that the loader really mapped ``lib``.
     """
     if _preloaded(lib, os.environ):
-        maps = open("/proc/self/maps").read()
-        if os.path.realpath(lib) not in maps:
+        with open("/proc/self/maps") as f:
+            mapped = os.path.realpath(lib) in f.read()
+        if not mapped:
             raise HpcioError(f"LD_PRELOAD names {lib} but it is not loaded "
                              "(see the loader's message above)", everywhere=True)
         return
@@ -325,12 +326,9 @@ def log_summary(path: str, parser: Optional[str] = None) -> dict:
         raise HpcioError(f"no Darshan log at {path}")
     head = {"path": os.path.abspath(path), **_header(path)}
     if parser is None:
-        try:
-            import darshan  # noqa: F401
-        except ImportError:
-            parser = find_parser()
-        else:
+        if importlib.util.find_spec("darshan") is not None:
             return {**head, **_summary_pydarshan(path)}
+        parser = find_parser()
     if parser is None:
         raise HpcioError("cannot read Darshan logs: install PyDarshan (pip install "
                          "'hpcio[darshan]') or build darshan-parser (scripts/darshan-local.sh)")

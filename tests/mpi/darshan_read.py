@@ -52,7 +52,8 @@ def main():
     if rank == 0:
         darshan.set_logfile(darshan.log_path(out, "read"))
     got = read_files(data, rank, size) if os.path.isdir(data) else read_mpiio(comm, data)
-    mapped = {line.split()[-1] for line in open("/proc/self/maps") if "/lib" in line}
+    with open("/proc/self/maps") as f:
+        mapped = {line.split()[-1] for line in f if "/lib" in line}
     with open(os.path.join(out, f"rank-{rank}.json"), "w") as fo:
         json.dump({"rank": rank, "size": size, "read": got, "pid": os.getpid(),
                    "pid_before_exec": int(os.environ["PID_BEFORE_EXEC"]),
