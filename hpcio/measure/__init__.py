@@ -1,0 +1,1 @@
+"""Measurement helpers: tracing and the system counters around a run."""

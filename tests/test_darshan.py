@@ -1,0 +1,355 @@
+"""Darshan tracing (hpcio.measure.darshan): Darshan 3.5.0 built from ../shared/vendor against
+mpi4py's MPI by scripts/darshan-local.sh (once, cached in the checkout's .darshan), real traced
+``mpiexec -n 2`` jobs that re-execute themselves with it preloaded, and the real logs in
+../shared/fixtures (the checkout's sibling ``shared/``)."""
+
+import glob
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from common.datasets import error_lines
+from common.mpi import run_mpi, run_py
+from hpcio.errors import HpcioError
+from hpcio.measure import darshan
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+TARBALL = os.path.join(SHARED, "vendor", "darshan-3.5.0.tar.gz")
+FIXTURES = os.path.join(SHARED, "fixtures")
+BUILD = os.path.join(ROOT, "scripts", "darshan-local.sh")
+WORKLOAD = os.path.join(ROOT, "tests", "mpi", "darshan_read.py")
+BIN = os.path.dirname(sys.executable)
+
+
+def _build(prefix, mpicc=None):
+    env = dict(os.environ, PYTHON=sys.executable, PATH=BIN + os.pathsep + os.environ["PATH"])
+    if mpicc:
+        env["MPICC"] = mpicc
+    return subprocess.run([BUILD, "build", "--source", TARBALL, "--prefix", prefix],
+                          capture_output=True, text=True, timeout=1200, env=env)
+
+
+@pytest.fixture(scope="session")
+def lib():
+    """libdarshan.so built against the mpicc beside this Python (the mpich wheel's)."""
+    if not os.path.isfile(TARBALL):
+        pytest.skip(f"no Darshan source at {TARBALL}")
+    if not shutil.which("cc"):
+        pytest.skip("no C compiler (cc)")
+    if not (os.path.exists(os.path.join(BIN, "mpicc")) or shutil.which("mpicc")):
+        pytest.skip("no mpicc beside this Python nor on PATH")
+    if not os.path.isfile("/usr/include/zlib.h") and os.geteuid() != 0:
+        pytest.skip("zlib headers missing and not root (apt-get install zlib1g-dev)")
+    p = _build(os.path.join(ROOT, ".darshan"))
+    assert p.returncode == 0, p.stderr
+    path = p.stdout.split()[-1]
+    assert os.path.isfile(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def parser(request):
+    """None (PyDarshan) when PyDarshan is installed, else the build's darshan-parser."""
+    if importlib.util.find_spec("darshan") is not None:
+        return None
+    return darshan.find_parser(request.getfixturevalue("lib"))
+
+
+def _traced(n, lib, config, data, out, launcher=None):
+    """Run the workload on n ranks; return (process, [rank outputs], log path)."""
+    os.makedirs(out, exist_ok=True)
+    args = [WORKLOAD, lib, config, data, out]
+    if launcher:
+        p = subprocess.run(launcher + ["-n", str(n), sys.executable] + args,
+                           capture_output=True, text=True, timeout=180)
+    else:
+        p = run_mpi(n, args)
+    assert p.returncode == 0, p.stderr
+    ranks = [json.load(open(os.path.join(out, f"rank-{r}.json"))) for r in range(n)]
+    return p, ranks, darshan.log_path(out, "read")
+
+
+def _data_file(tmp_path, size=5 * (1 << 20) + 12345):
+    path = tmp_path / "data.bin"
+    path.write_bytes(os.urandom(size))
+    return str(path), size
+
+
+# -- config and environment (pure) -----------------------------------------------------
+
+def test_config_raises_records_and_memory_for_many_files():
+    small = darshan.config_text(100)
+    assert small == open(darshan.DEFAULT_CONFIG).read()  # the shipped sizes already fit
+    text = darshan.config_text(1_000_000)
+    lines = {ln.split()[0]: ln.split()[1:] for ln in text.splitlines()
+             if ln.strip() and not ln.startswith("#")}
+    assert int(lines["MAX_RECORDS"][0]) >= 1_000_000
+    assert set(lines["MAX_RECORDS"][1].split(",")) == {"POSIX", "STDIO", "MPI-IO",
+                                                        "DXT_POSIX", "DXT_MPIIO"}
+    # POSIX + MPI-IO + STDIO records are 704 + 560 + 248 bytes in Darshan 3.5.0
+    assert int(lines["MODMEM"][0]) * (1 << 20) >= 1_000_000 * 1512
+    assert int(lines["NAMEMEM"][0]) * (1 << 20) >= 1_000_000 * 100
+    excluded = lines["NAME_EXCLUDE"][0].split(",")
+    assert r"\.pyc?$" in excluded and "/site-packages/" in excluded
+
+
+def test_write_config_and_shared_config(tmp_path):
+    path = darshan.write_config(str(tmp_path / "sub" / "d.conf"), 50_000)
+    assert open(path).read() == darshan.config_text(50_000)
+    shared = darshan.shared_config(50_000, str(tmp_path))
+    assert shared == darshan.shared_config(50_000, str(tmp_path))  # same content, same name
+    assert shared != darshan.shared_config(60_000, str(tmp_path))
+    assert open(shared).read() == darshan.config_text(50_000)
+
+
+def test_trace_env():
+    env = darshan.trace_env("/x/libdarshan.so", "/c/d.conf", dxt=True,
+                            environ={"LD_PRELOAD": "/y/other.so"})
+    assert env == {"LD_PRELOAD": "/x/libdarshan.so:/y/other.so",
+                   "DARSHAN_CONFIG_PATH": "/c/d.conf", "DARSHAN_DISABLE_SHARED_REDUCTION": "1",
+                   "DARSHAN_MOD_ENABLE": "DXT_POSIX,DXT_MPIIO",
+                   "DARSHAN_LOG_DIR_PATH": tempfile.gettempdir()}
+    env = darshan.trace_env("/x/libdarshan.so", "/c/d.conf", dxt=False,
+                            environ={"DARSHAN_LOG_DIR_PATH": "/logs"})
+    assert env["LD_PRELOAD"] == "/x/libdarshan.so" and "DARSHAN_MOD_ENABLE" not in env
+    assert env["DARSHAN_LOG_DIR_PATH"] == "/logs"
+    assert darshan.trace_env("/x/l.so", "/c", log_dir="/mine",
+                             environ={"DARSHAN_LOG_DIR_PATH": "/logs"})["DARSHAN_LOG_DIR_PATH"] \
+        == "/mine"
+
+
+# -- a real build and real traced jobs ---------------------------------------------------
+
+def test_library_fits_mpi4py(lib):
+    used = darshan.check_library(lib)
+    assert os.path.realpath(used) == os.path.realpath(darshan.mpi4py_libmpi())
+    meta = darshan.info(lib, environ={"DARSHAN_CONFIG_PATH": darshan.DEFAULT_CONFIG,
+                                      "DARSHAN_DISABLE_SHARED_REDUCTION": "1", "HOME": "/h"})
+    assert meta["version"] == "3.5.0" and meta["libmpi"] == os.path.realpath(used)
+    assert meta["env"] == {"DARSHAN_CONFIG_PATH": darshan.DEFAULT_CONFIG,
+                           "DARSHAN_DISABLE_SHARED_REDUCTION": "1"}
+    assert any(s.startswith("NAME_EXCLUDE") for s in meta["config"])
+
+
+def test_build_is_cached(lib):
+    p = _build(os.path.join(ROOT, ".darshan"))
+    assert p.returncode == 0 and p.stdout.split()[-1] == lib
+    assert "building" not in p.stderr
+
+
+def _check_traced_mpiio(ranks, log, data_size, lib):
+    assert [r["size"] for r in ranks] == [2, 2]
+    for r in ranks:
+        assert r["pid"] == r["pid_before_exec"]  # exec kept the launcher's process
+        assert len(r["libmpi"]) == 1  # one MPI library, shared by Darshan and mpi4py
+        assert r["libdarshan"] == [os.path.realpath(lib)]
+    assert os.path.isfile(log)
+    s = darshan.log_summary(log)
+    assert s["nprocs"] == 2 and s["partial"] == [] and not darshan.log_is_partial(log)
+    assert {"POSIX", "MPI-IO", "DXT_POSIX", "DXT_MPIIO"} <= set(s["modules"])
+    assert s["bytes_read"]["MPI-IO"] == {r["rank"]: r["read"] for r in ranks}
+    assert sum(r["read"] for r in ranks) == data_size
+    # per rank: the data file and its own rank-<r>.json; none of Python's imports
+    assert s["records"]["POSIX"] == 4 and s["records"]["MPI-IO"] == 2
+    return s
+
+
+def test_traced_mpiexec_mpiio_reads(lib, tmp_path):
+    data, size = _data_file(tmp_path)
+    config = darshan.write_config(str(tmp_path / "d.conf"), 1)
+    out = str(tmp_path / "run")
+    _, ranks, log = _traced(2, lib, config, data, out)
+    s = _check_traced_mpiio(ranks, log, size, lib)
+    assert s["bytes_read"]["POSIX"] == s["bytes_read"]["MPI-IO"]  # independent reads: 1:1
+    assert os.listdir(os.path.join(out, "darshan")) == ["read.darshan"]
+    assert not os.path.exists(os.path.join(out, "fallback")) or \
+        os.listdir(os.path.join(out, "fallback")) == []
+    parsed = darshan.log_summary(log, parser=darshan.find_parser(lib))
+    assert parsed == s  # darshan-parser and PyDarshan (when installed) agree
+
+
+def _slurm_up():
+    if not os.path.isdir("/etc/slurm") or not shutil.which("srun") or not shutil.which("sinfo"):
+        return "srun not installed or no /etc/slurm"
+    try:
+        p = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
+                           timeout=10)
+    except subprocess.TimeoutExpired:
+        return "slurmctld does not answer"
+    if p.returncode or not any(s.startswith(("idle", "mix")) for s in p.stdout.split()):
+        return f"no idle Slurm node ({p.stdout.strip() or p.stderr.strip()})"
+    return None
+
+
+def test_traced_srun_pmi2_mpiio_reads(lib, tmp_path):
+    why = _slurm_up()
+    if why:
+        pytest.skip(f"no Slurm here: {why}")
+    data, size = _data_file(tmp_path)
+    config = darshan.write_config(str(tmp_path / "d.conf"), 1)
+    _, ranks, log = _traced(2, lib, config, data, str(tmp_path / "run"),
+                            launcher=["srun", "--mpi=pmi2", "-O", "--kill-on-bad-exit=1"])
+    _check_traced_mpiio(ranks, log, size, lib)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """3,000 files of 1 KiB: one file per record, as an image folder; 1,500 per rank."""
+    d = tmp_path_factory.mktemp("images")
+    for i in range(3000):
+        (d / f"{i:06d}.raw").write_bytes(bytes([i % 256]) * 1024)
+    return str(d)
+
+
+def test_config_sized_for_a_folder_keeps_every_file(lib, folder, tmp_path):
+    config = darshan.write_config(str(tmp_path / "d.conf"), 3000)
+    _, ranks, log = _traced(2, lib, config, folder, str(tmp_path / "run"))
+    s = darshan.log_summary(log)
+    assert s["partial"] == []
+    assert s["records"]["POSIX"] == 3000 + 2  # every file, and the two rank-<r>.json
+    assert [r["read"] for r in ranks] == [1500 * 1024] * 2
+    assert s["bytes_read"]["POSIX"] == {r["rank"]: r["read"] for r in ranks}
+
+
+def test_default_record_table_overflows_partial(lib, folder, tmp_path):
+    config = tmp_path / "d.conf"  # the project's exclusions, Darshan's 1,024 records
+    config.write_text("".join(ln for ln in open(darshan.DEFAULT_CONFIG)
+                              if ln.startswith("NAME_EXCLUDE")))
+    _, _, log = _traced(2, lib, str(config), folder, str(tmp_path / "run"))
+    assert darshan.log_is_partial(log)
+    s = darshan.log_summary(log)
+    assert "POSIX" in s["partial"]
+    assert s["records"]["POSIX"] <= 2 * 1024
+
+
+# -- bad input: one line, non-zero exit, nothing left running -------------------------
+
+def _one_line(p):
+    lines = error_lines(p.stderr)
+    assert p.returncode != 0 and len(lines) == 1, p.stderr
+    return lines[0]
+
+
+def test_no_library(tmp_path):
+    data, _ = _data_file(tmp_path, 10)
+    p = run_py([WORKLOAD, str(tmp_path / "libdarshan.so"), darshan.DEFAULT_CONFIG, data,
+                str(tmp_path / "run")], timeout=60)
+    assert "no Darshan library at" in _one_line(p)
+
+
+def test_library_that_is_not_darshan(tmp_path):
+    data, _ = _data_file(tmp_path, 10)
+    libmpi = darshan.mpi4py_libmpi()
+    p = run_py([WORKLOAD, libmpi, darshan.DEFAULT_CONFIG, data, str(tmp_path / "run")],
+               timeout=60)
+    assert "is not a Darshan runtime library" in _one_line(p)
+    text = tmp_path / "libdarshan.so"
+    text.write_text("not a library\n")
+    with pytest.raises(HpcioError, match="is not a shared library"):
+        darshan.check_library(str(text))
+
+
+def test_bad_library_under_mpiexec_ends_every_rank(tmp_path):
+    data, _ = _data_file(tmp_path, 10)
+    p = run_mpi(2, [WORKLOAD, str(tmp_path / "nope.so"), darshan.DEFAULT_CONFIG, data,
+                    str(tmp_path / "run")], timeout=60)
+    assert _one_line(p) == f"darshan_read: error: no Darshan library at {tmp_path}/nope.so"
+
+
+def test_library_of_another_mpi(tmp_path_factory):
+    """Darshan built with the system's mpicc while mpi4py uses the wheel's MPI."""
+    other = "/usr/bin/mpicc"
+    if not (os.path.exists(other) and os.path.isfile(TARBALL) and shutil.which("cc")):
+        pytest.skip("no system mpicc (apt-get install libmpich-dev) or no Darshan source")
+    if os.path.realpath(darshan.mpi4py_libmpi()).startswith(("/usr/", "/lib")):
+        pytest.skip("mpi4py uses the system MPI here")
+    p = _build(os.path.join(ROOT, ".darshan", "other-mpi"), mpicc=other)
+    assert p.returncode == 2  # the build succeeds, its check against mpi4py fails
+    assert "but mpi4py loads" in p.stderr.splitlines()[-1]
+    lib = os.path.join(ROOT, ".darshan", "other-mpi", "lib", "libdarshan.so")
+    with pytest.raises(HpcioError, match="but mpi4py loads"):
+        darshan.check_library(lib)
+
+
+def test_bad_logs(tmp_path):
+    with pytest.raises(HpcioError, match="no Darshan log at"):
+        darshan.log_summary(str(tmp_path / "none.darshan"))
+    junk = tmp_path / "junk.darshan"
+    junk.write_bytes(b"3.41" + bytes(2000))
+    with pytest.raises(HpcioError, match="is not a Darshan 3 log"):
+        darshan.log_is_partial(str(junk))
+    p = run_py(["-m", "hpcio.measure.darshan", "summary", str(junk)], timeout=60)
+    assert "is not a Darshan 3 log" in _one_line(p)
+
+
+# -- the shared fixture logs and their truth ------------------------------------------
+
+def _fixture(*parts):
+    path = os.path.join(FIXTURES, *parts)
+    if not os.path.exists(path):
+        pytest.skip(f"no fixtures at {path}")
+    return path
+
+
+def test_fixture_logs_against_truth(parser):
+    d = _fixture("darshan")
+    truth = {}
+    for line in open(os.path.join(d, "truth.jsonl")):
+        t = json.loads(line)
+        truth.setdefault((t["mode"], t["nprocs"]), {})[t["rank"]] = t
+    logs = sorted(glob.glob(os.path.join(d, "*.darshan")))
+    assert len(logs) == len(truth) == 12
+    for log in logs:
+        mode, np_ = os.path.basename(log)[:-len(".darshan")].rsplit("-np", 1)
+        ranks = truth[(mode, int(np_))]
+        s = darshan.log_summary(log, parser)
+        assert s["nprocs"] == len(ranks) and s["version"] == "3.5.0"
+        posix = s["bytes_read"]["POSIX"]
+        got = {r: t["bytes"] for r, t in ranks.items()}
+        if mode == "coordinated-mpiio":
+            assert s["bytes_read"]["MPI-IO"] == got and posix == got
+        elif mode == "naive-lmdb":  # memory-mapped: Darshan sees the meta pages only
+            assert all(posix[r] < got[r] / 1000 for r in ranks)
+        elif mode == "naive-hdf5":  # HDF5's sieve buffer reads more than it delivers
+            assert all(posix[r] > got[r] for r in ranks)
+        else:  # naive-images: one file a record
+            assert posix == got
+            assert s["records"]["POSIX"] == sum(t["records"] for t in ranks.values())
+        # only the 1-rank image run overflowed a table: DXT's 2 MiB default trace memory
+        expect = ["DXT_POSIX"] if (mode, np_) == ("naive-images", "1") else []
+        assert s["partial"] == expect and darshan.log_is_partial(log) == bool(expect)
+
+
+def test_hpcio_run_logs_match_the_runs_counters(parser):
+    runs = sorted(glob.glob(os.path.join(_fixture("hpcio-runs"), "*-n[0-9]*")))
+    assert runs
+    for run in runs:
+        log, = glob.glob(os.path.join(run, "darshan", "*.darshan"))
+        s = darshan.log_summary(log, parser)
+        stats = {}
+        for path in glob.glob(os.path.join(run, "rank-*.json")):
+            r = json.load(open(path))
+            stats[r["rank"]] = r["reader_stats"]
+        assert s["nprocs"] == len(stats) and s["partial"] == []
+        if "-coordinated-" in run:  # MPI-IO bytes are the reader's own count, to the byte
+            assert s["bytes_read"]["MPI-IO"] == {r: st["read_bytes"] for r, st in stats.items()}
+        elif "-lmdb-" in run:  # naive LMDB: memory-mapped, invisible to Darshan
+            assert all(s["bytes_read"]["POSIX"][r] < st["bytes"] / 100
+                       for r, st in stats.items())
+        else:  # naive HDF5, 784-byte records: a 64 KiB sieve-buffer read for each
+            assert all(s["bytes_read"]["POSIX"][r] > 50 * st["bytes"]
+                       for r, st in stats.items())
+
+
+def test_parser_and_pydarshan_agree_on_fixtures(lib):
+    pytest.importorskip("darshan", reason="PyDarshan not installed (the [darshan] extra)")
+    parser = darshan.find_parser(lib)
+    for log in glob.glob(os.path.join(_fixture("darshan"), "*.darshan")):
+        assert darshan.log_summary(log) == darshan.log_summary(log, parser)
