@@ -2,6 +2,7 @@
 and every bad input ends every rank with one line naming the problem."""
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 from hpcio.data.dataset import open_dataset
 from hpcio.data.write import generate
+from hpcio.formats import get_format
 
 from common.datasets import error_lines, records_of
 from common.mpi import mpiexec, run_mpi, run_py
@@ -154,6 +156,31 @@ def _launch(prefix, n, args, timeout=120):
     return subprocess.run(prefix + [mpiexec(), "-n", str(n), sys.executable] + GEN +
                           [str(a) for a in args], capture_output=True, text=True,
                           timeout=timeout, env=env)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "images"])
+def test_force_replaces_the_leftovers_of_a_failed_run(tmp_path, fmt):
+    """A run that died of a full disk leaves its marker: without --force a rerun says what
+    is there; with --force the leftovers (and nothing else) are replaced."""
+    prefix, mnt = _private_mount(tmp_path, "size=4m")  # HDF5 wants 1 MiB to spare
+    d = mnt / "d"
+    gen = " ".join(shlex.quote(str(a)) for a in [mpiexec(), "-n", 2, sys.executable] + GEN +
+                   [d, "--preset", "cifar10", "--encoding", "raw", "--format", fmt,
+                    "--shards", 2])
+    script = (f"{gen} --records 1500 2>/dev/null; echo rc=$?; touch {d}/mine.txt; "
+              f"{gen} --records 20 2>&1 | grep -v Abort; {gen} --records 20 --force "
+              f">/dev/null 2>&1; echo rc=$?; ls -A {d}")
+    p = subprocess.run(prefix + ["sh", "-c", script], capture_output=True, text=True,
+                       timeout=240)
+    out = p.stdout.splitlines()
+    assert out[0] == "rc=2", p.stdout + p.stderr
+    assert any("holds the leftovers of an hpcio run that did not finish" in ln
+               for ln in out), p.stdout
+    k = out.index("rc=0")
+    assert sorted(out[k + 1:]) == sorted(["hpcio.json", "index.npz", "mine.txt"] + [
+        t for i in range(2) for t in get_format(fmt).targets(i, None) if
+        not t.startswith(".")]), p.stdout
 
 
 @pytest.mark.mpi

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from ..analysis.summary import format_table, summarize
 from ..cache import cache_state
 from ..data.dataset import open_dataset
-from ..errors import HpcioError
+from ..errors import HpcioError, report_to
 from ..measure.probes import counters, delta
 from ..measure.results import RunDir, capture_env, default_name
 from ..measure.sampler import Sampler
@@ -220,6 +220,7 @@ def setup(args):
         pipe = ReadOnly(args.prefetch)
     out = RunDir.create(args.out or os.path.join(
         "runs", default_name(args.reader, args.model, world.size)), world.comm)
+    report_to(out.path)  # tracebacks of unexpected errors go into the run directory
     ckpt_dir = args.checkpoint_dir or os.path.join(out.path, "checkpoints")
     ropts = reader_options(args)
     # a cold epoch re-opens the reader after evicting: pages a live process has mapped
