@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 
+import lmdb
 import numpy as np
 import pytest
 import yaml
 
 from common.datasets import error_lines, make_dataset
+from common.fs import private_mount
 from common.mpi import mpiexec, run_mpi, run_py
 from hpcio.formats import FORMATS as FORMAT_REGISTRY
 from hpcio.measure.steps import COMPONENTS, STEP_FIELDS
@@ -320,6 +322,34 @@ def test_bad_data_and_config_give_one_line(tmp_path, data):
     p = run_mpi(2, TRAIN + ["--data", ds.root, "--out", tmp_path / "run"], timeout=60)
     assert "bytes on disk, the index says" in _one_error(p)
     assert not (tmp_path / "run").exists()  # checks come before the run directory
+
+
+@pytest.mark.mpi
+def test_no_room_for_results_is_refused_before_training(tmp_path, data):
+    """A full disk at the end would lose every figure the run measured: refused first."""
+    ds = data("packed")
+    prefix, mnt = private_mount(tmp_path, "size=512k")
+    p = subprocess.run(prefix + [mpiexec(), "-n", "2", sys.executable] + TRAIN + [
+        "--data", ds.root, "--model", "emulate", "--batch", "4", "--out", str(mnt / "run")],
+        capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    line = _one_error(p)
+    assert f"--out {mnt / 'run'}:" in line and "bytes free, the run needs about" in line
+
+
+@pytest.mark.mpi
+def test_values_that_are_not_pictures(tmp_path):
+    """An indexed LMDB of plain values (shape [N], not H x W x C): emulate reads its bytes;
+    preprocessing it is one line, not a traceback."""
+    env = tmp_path / "kv"
+    with lmdb.open(str(env), map_size=16 << 20) as e, e.begin(write=True) as txn:
+        for i in range(32):
+            txn.put(b"%08d" % i, bytes([i]) * 100)
+    run_py(["-m", "hpcio.datagen", "index", env], check=True)
+    base = TRAIN + ["--data", env, "--model", "emulate", "--batch", 4, "--compute-time", 0]
+    run_mpi(2, base + ["--out", tmp_path / "ok"], timeout=60, check=True)
+    p = run_mpi(2, base + ["--preprocess", "on", "--out", tmp_path / "no"], timeout=60)
+    assert "records of shape [100] are not pictures" in _one_error(p)
 
 
 @pytest.mark.parametrize("config", sorted(glob.glob(os.path.join(

@@ -20,6 +20,7 @@ from ..errors import HpcioError
 from ..formats import get_format
 from ..formats.base import Block, Spec, record_ranges, write_error
 from ..fsutil import atomic_json
+from ..measure import probes
 from ..mpiutil import on_root, raise_everywhere
 from . import pictures
 from .dataset import INDEX, KIND, MANIFEST, Dataset, RecordIndex, is_dataset, open_dataset
@@ -364,6 +365,17 @@ def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=
     return open_dataset(out, comm, check=False)
 
 
+def _fits_in_memory(shape):
+    """Refuse a picture size whose drawing (a few float copies of one picture) cannot fit in
+    this node's memory, before allocating it: a MemoryError has no useful line."""
+    need = int(np.prod(shape)) * 16
+    avail = probes.mem_available()
+    if avail is not None and need > avail:
+        raise HpcioError(f"shape {'x'.join(map(str, shape))}: drawing one picture needs about "
+                         f"{need / 2**30:.1f} GiB, more than the {avail / 2**30:.1f} GiB of "
+                         f"memory available here", everywhere=True)
+
+
 def generate(out, preset="mnist", records=None, format="packed", encoding="raw", shards=1,
              seed=0, force=False, comm=None, progress=False, shape=None, **format_options):
     """Write a synthetic ``preset`` dataset (``records`` of them, default the preset's
@@ -380,6 +392,7 @@ def generate(out, preset="mnist", records=None, format="packed", encoding="raw",
         if len(shape) != 3 or min(shape) < 1 or shape[2] not in (1, 3):
             raise HpcioError(f"shape must be H x W x C with C 1 or 3 (got {shape})",
                              everywhere=True)
+        _fits_in_memory(shape)
     src = Synthetic(p, seed, records, shape)
     quality = format_options.pop("quality", None) or p.quality
     return write_dataset(out, src, format, encoding, shards, force, comm, progress,

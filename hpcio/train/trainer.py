@@ -28,9 +28,10 @@ from ..cache import cache_state
 from ..data.dataset import open_dataset
 from ..errors import HpcioError, report_to
 from ..measure.probes import counters, delta
-from ..measure.results import RunDir, capture_env, default_name
+from ..measure.results import RunDir, capture_env, check_space, default_name, results_bytes
 from ..measure.sampler import Sampler
-from ..measure.steps import StepLog, rank_summary
+from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
+from ..mpiutil import on_root
 from ..plan import make_plan
 from ..readers import make_reader
 from .checkpoint import save_checkpoint
@@ -113,8 +114,14 @@ def _fault():
 def _input_shape(args, ds, spec):
     if spec.input_shape is not None:
         return tuple(spec.input_shape)
-    h, w, c = ds.shape
-    return (c, h, w)
+    if len(ds.shape) == 3:
+        h, w, c = ds.shape
+        return (c, h, w)
+    if args.preprocess == "off":  # bytes only: any record shape will do
+        return tuple(ds.shape)
+    raise HpcioError(f"{ds.root}: records of shape {list(ds.shape)} are not pictures "
+                     f"(H x W x C); preprocessing needs pictures (--preprocess off reads "
+                     f"bytes only)", everywhere=True)
 
 
 def _build_model(args, ds, world):
@@ -129,6 +136,20 @@ def _build_model(args, ds, world):
         raise HpcioError(f"{ds.root}: manifest has an invalid class count {classes!r}",
                          everywhere=True)
     return make_model(args.model, num_classes=classes)
+
+
+def _check_space(args, world, model, out, steps_per_epoch):
+    """Rank 0, before anything is written: room for the results and the checkpoints."""
+    steps = args.epochs * steps_per_epoch
+    need = results_bytes(world.size, steps, len(STEP_FIELDS) + 1)
+    ckpt = 0
+    if args.checkpoint_every:  # model and optimiser state (momentum: as large again)
+        state = sum(p.numel() * p.element_size() for p in model.parameters())
+        ckpt = steps // args.checkpoint_every * (2 * state + (64 << 10))
+    if args.checkpoint_dir:
+        check_space(args.checkpoint_dir, ckpt, "--checkpoint-dir")
+        ckpt = 0
+    check_space(out, need + ckpt, "--out")
 
 
 def _progress(args, world, total):
@@ -218,8 +239,11 @@ def setup(args):
                         pin_memory=device.type == "cuda", classes=classes)
     else:
         pipe = ReadOnly(args.prefetch)
-    out = RunDir.create(args.out or os.path.join(
-        "runs", default_name(args.reader, args.model, world.size)), world.comm)
+    out_path = args.out or os.path.join("runs", default_name(args.reader, args.model,
+                                                           world.size))
+    on_root(world.comm, lambda: _check_space(args, world, model, out_path,
+                                             steps_per_epoch))
+    out = RunDir.create(out_path, world.comm)
     report_to(out.path)  # tracebacks of unexpected errors go into the run directory
     ckpt_dir = args.checkpoint_dir or os.path.join(out.path, "checkpoints")
     ropts = reader_options(args)
