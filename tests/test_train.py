@@ -338,6 +338,22 @@ def test_no_room_for_results_is_refused_before_training(tmp_path, data):
 
 
 @pytest.mark.mpi
+def test_overwritten_lmdb_shard_is_one_line(tmp_path):
+    """The library's own error (LMDB's CorruptedError here) ends the job as one line naming
+    the rank, what failed and its type; the traceback goes to the run directory."""
+    ds = make_dataset(tmp_path, "lmdb", "raw", records=64)
+    data = os.path.join(ds.paths[0])
+    with open(data, "r+b") as f:  # same size, so the index still matches: pages garbled
+        f.seek(8192)
+        f.write(os.urandom(os.path.getsize(data) - 8192))
+    p = run_mpi(2, TRAIN + ["--data", ds.root, "--reader", "naive", "--model", "emulate",
+                            "--batch", 4, "--out", tmp_path / "run"], timeout=60)
+    line = _one_error(p)
+    assert "MDB_CORRUPTED" in line and "(CorruptedError); traceback in" in line
+    assert os.path.exists(line.rsplit("traceback in ", 1)[1])
+
+
+@pytest.mark.mpi
 def test_values_that_are_not_pictures(tmp_path):
     """An indexed LMDB of plain values (shape [N], not H x W x C): emulate reads its bytes;
     preprocessing it is one line, not a traceback."""
