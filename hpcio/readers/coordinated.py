@@ -75,6 +75,7 @@ import numpy as np
 from ..errors import HpcioError
 from ..fsutil import aligned_empty
 from ..hints import mpi_info
+from ..mpicompat import check_romio
 from .assemble import clusters, copy_records, layout, merge_runs
 from .base import Batch, BufferRing, Reader, faults, register
 from .nodeshare import NodeShare
@@ -115,6 +116,7 @@ class CoordinatedReader(Reader):
                  **options):
         super().__init__(dataset, comm, **options)
         MPI = _mpi()
+        check_romio(MPI)
         if mechanism not in MECHANISMS:
             raise HpcioError(f"unknown prefetch mechanism {mechanism!r} (choose from "
                              f"{', '.join(MECHANISMS)})", everywhere=True)
