@@ -67,6 +67,7 @@ import numpy as np
 
 from ..errors import HpcioError
 from ..fsutil import aligned_empty
+from ..mpicompat import check_romio
 from ..mpiutil import node_comm
 from .assemble import copy_records, layout
 from .base import Batch, BufferRing, Reader, faults, register
@@ -110,6 +111,7 @@ class CoordinatedReader(Reader):
                  **options):
         super().__init__(dataset, comm, **options)
         MPI = _mpi()
+        check_romio(MPI)
         if mechanism not in MECHANISMS:
             raise HpcioError(f"unknown prefetch mechanism {mechanism!r} (choose from "
                              f"{', '.join(MECHANISMS)})", everywhere=True)
