@@ -72,7 +72,7 @@ from ..mpiutil import node_comm
 from .assemble import copy_records, layout
 from .base import Batch, BufferRing, Reader, faults, register
 from .hints import file_hints, mpi_info
-from .jobs import plan_reads
+from .reads import plan_reads
 from .nodeshare import NodeShare
 
 __all__ = ["CoordinatedReader", "MECHANISMS", "MAX_MPI_FILES"]
@@ -437,7 +437,7 @@ class CoordinatedReader(Reader):
 
     def _read_mpi(self, r, files, buf, nonblocking):
         """Per file (every file some rank needs, when collective): one read through a
-        file view over this rank's pieces (:func:`hpcio.readers.jobs.plan_reads`), into
+        file view over this rank's pieces (:func:`hpcio.readers.reads.plan_reads`), into
         place through an hindexed memory type, or into a staging buffer and then copied
         into place with one numpy gather."""
         MPI = _mpi()
