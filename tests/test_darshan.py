@@ -368,3 +368,21 @@ def test_parser_and_pydarshan_agree_on_fixtures(lib):
     parser = darshan.find_parser(lib)
     for log in glob.glob(os.path.join(_fixture("darshan"), "*.darshan")):
         assert darshan.log_summary(log) == darshan.log_summary(log, parser)
+
+
+def test_incomplete_tracing_is_named(tmp_path):
+    """A run preloaded by its launcher without the project's config would miss the dataset."""
+    assert darshan.preloaded_library({"LD_PRELOAD": "/a/libdarshan.so:/b/x.so"}) == \
+        "/a/libdarshan.so"
+    assert darshan.preloaded_library({"LD_PRELOAD": "/b/x.so"}) is None
+    assert "without DARSHAN_CONFIG_PATH" in darshan.incomplete(4, {})
+    assert darshan.incomplete(4, {"DARSHAN_CONFIG_PATH": darshan.DEFAULT_CONFIG}) is None
+    assert "below the dataset's 100000 files" in darshan.incomplete(
+        100_000, {"DARSHAN_CONFIG_PATH": darshan.DEFAULT_CONFIG})
+    bare = tmp_path / "bare.conf"
+    bare.write_text("MAX_RECORDS 4096 POSIX\n")
+    assert "no NAME_EXCLUDE" in darshan.incomplete(4, {"DARSHAN_CONFIG_PATH": str(bare)})
+    assert darshan.dataset_files(str(tmp_path)) == 0
+    (tmp_path / "hpcio.json").write_text(json.dumps(
+        {"format": "images", "records": 70, "shards": [{}, {}]}))
+    assert darshan.dataset_files(str(tmp_path)) == 70
