@@ -224,29 +224,33 @@ delay() {
   echo "pfs-local: delay $1 us"
 }
 
-status() {
-  local up=0 bricks pct dur
+status() {                     # asks glusterd only when ours is running: the CLI makes its log dir
+  local up=0 gd="" bricks=0 pct="" dur
   [ "$(id -u)" = 0 ] || die "needs root"
   load_state
-  DATA=${DATA:-/var/lib/hpcio-pfs}
   if ip netns list | grep -qw "$NS"; then
-    echo "namespace  $NS up (${HOST_IP:-?} <-> ${NS_IP:-?})"; up=$((up + 1))
+    echo "namespace  $NS up ($HOST_IP <-> $NS_IP)"; up=$((up + 1))
   else echo "namespace  $NS down"; fi
   if owns "${GLUSTERD:-}" "$STATE/glusterd.vol" && gcli pool list >/dev/null 2>&1; then
-    echo "glusterd   up (pid $GLUSTERD, state in $DATA/glusterd)"; up=$((up + 1))
+    gd=1; echo "glusterd   up (pid $GLUSTERD, state in $DATA/glusterd)"; up=$((up + 1))
   else echo "glusterd   down"; fi
-  bricks=$(gcli volume status "$VOL" detail 2>/dev/null | grep -c '^Online *: Y' || true)
+  if [ -n "$gd" ]; then
+    bricks=$(gcli volume status "$VOL" detail 2>/dev/null | grep -c '^Online *: Y') || true
+  fi
   if [ "$bricks" = 2 ]; then
     echo "volume     $VOL started, 2/2 bricks online ($DATA/brick0, brick1)"; up=$((up + 1))
-  else echo "volume     $VOL down (${bricks:-0}/2 bricks online)"; fi
+  else echo "volume     $VOL down ($bricks/2 bricks online)"; fi
   if [ -n "${MOUNT:-}" ] && mountpoint -q "$MOUNT" && owns "${CLIENT:-}" "$STATE/client.pid"; then
     echo "mount      $MOUNT mounted (client pid $CLIENT)"; up=$((up + 1))
   else echo "mount      ${MOUNT:-none} not mounted"; fi
-  pct=$(gcli volume get "$VOL" delay-gen.delay-percentage 2>/dev/null | awk '/^delay-gen/ {print $2}') || true
-  dur=$(gcli volume get "$VOL" delay-gen.delay-duration 2>/dev/null | awk '/^delay-gen/ {print $2}') || true
-  if [ -n "$pct" ]; then
-    [ "$pct" = 0 ] && dur=0
-    echo "delay      $dur us per request (${pct}% of requests); rate ${RATE:-none}"; up=$((up + 1))
+  if [ -n "$gd" ]; then
+    pct=$(gcli volume get "$VOL" delay-gen.delay-percentage | awk '/^delay-gen/ {print $2}') || true
+    dur=$(gcli volume get "$VOL" delay-gen.delay-duration | awk '/^delay-gen/ {print $2}') || true
+  fi
+  if [ "$pct" = 100 ]; then
+    echo "delay      $dur us per request; rate ${RATE:-none}"; up=$((up + 1))
+  elif [ "$pct" = 0 ]; then
+    echo "delay      none; rate ${RATE:-none}"; up=$((up + 1))
   else echo "delay      unknown (volume not answering); rate ${RATE:-none}"; fi
   [ "$up" = 5 ] || exit 3
 }
