@@ -45,6 +45,7 @@ glog() {                       # glusterd's last log line (its stderr if it neve
   [ -s "$f" ] || f=$DATA/log/glusterd.out
   tail -n1 "$f" 2>/dev/null || true
 }
+ns_up() { command -v ip >/dev/null && ip netns list | grep -qw "$NS"; }
 owns() { alive "$1" && tr '\0' ' ' <"/proc/$1/cmdline" | grep -qF -- "$2"; }
 gcli() { timeout 60 gluster --mode=script --glusterd-sock="$STATE/glusterd.socket" \
            --log-file="$DATA/log/cli.log" "$@"; }
@@ -119,9 +120,8 @@ start() {
   [[ $delay =~ ^[0-9]+$ ]] || die "--delay-us wants microseconds, got '$delay'"
   [[ $timeout =~ ^[1-9][0-9]*$ ]] || die "--timeout wants seconds, got '$timeout'"
   [ "$(id -u)" = 0 ] || die "needs root"
-  if [ -e "$STATE" ] || ip netns list | grep -qw "$NS" || ip link show "$VH" >/dev/null 2>&1; then
-    die "a testbed is already up or half up ($STATE); run '$0 stop' first"
-  fi
+  local busy="a testbed is already up or half up ($STATE); run '$0 stop' first"
+  [ -e "$STATE" ] && die "$busy"
   mount=$(realpath -m -- "$mount"); DATA=$(realpath -m -- "$DATA")
   [[ $mount$DATA =~ [[:space:]] ]] && die "paths with spaces are not supported"
   if [ -e "$mount" ]; then
@@ -129,11 +129,12 @@ start() {
     mountpoint -q "$mount" && die "mount point $mount is already a mount point"
     [ -z "$(ls -A "$mount")" ] || die "mount point $mount is not empty"
   fi
-  install_pkgs
-  [ -c /dev/fuse ] || die "no /dev/fuse here (a container needs --device /dev/fuse)"
   if [ -e "$DATA" ] && [ ! -e "$DATA/.hpcio-pfs" ] && [ -n "$(ls -A "$DATA")" ]; then
     die "--data $DATA is not empty and was not made by this script"
   fi
+  install_pkgs
+  if ns_up || ip link show "$VH" >/dev/null 2>&1; then die "$busy"; fi
+  [ -c /dev/fuse ] || die "no /dev/fuse here (a container needs --device /dev/fuse)"
 
   t0=$(now)
   trap undo_failed_start EXIT
@@ -228,7 +229,7 @@ status() {                     # asks glusterd only when ours is running: the CL
   local up=0 gd="" bricks=0 pct="" dur
   [ "$(id -u)" = 0 ] || die "needs root"
   load_state
-  if ip netns list | grep -qw "$NS"; then
+  if ns_up; then
     echo "namespace  $NS up ($HOST_IP <-> $NS_IP)"; up=$((up + 1))
   else echo "namespace  $NS down"; fi
   if owns "${GLUSTERD:-}" "$STATE/glusterd.vol" && gcli pool list >/dev/null 2>&1; then
@@ -279,7 +280,7 @@ teardown() {                   # whatever of a testbed is up, from the state sta
     umount "$MOUNT" 2>/dev/null || umount -l "$MOUNT"
   fi
   owns "${CLIENT:-}" "$STATE/client.pid" && end_pids "$CLIENT"
-  if ip netns list | grep -qw "$NS"; then
+  if ns_up; then
     for p in $(ip netns pids "$NS"); do                 # bricks leave their sockets behind
       s=$(tr '\0' '\n' <"/proc/$p/cmdline" 2>/dev/null | grep -A1 -x -- -S | tail -n1) || true
       [ -n "$s" ] && socks+=("$s")
@@ -292,7 +293,7 @@ teardown() {                   # whatever of a testbed is up, from the state sta
     rm -f "${socks[@]}"
     ip netns del "$NS"
   fi
-  ip link del "$VH" 2>/dev/null || true
+  ip link del "$VH" 2>/dev/null || true     # gone with the namespace, unless half made
   if [ -n "${MADE_MOUNT:-}" ]; then rmdir "$MOUNT" 2>/dev/null || true; fi
   rm -rf "$STATE"
 }
