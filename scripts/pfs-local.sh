@@ -7,12 +7,13 @@
 #   scripts/pfs-local.sh start [--mount DIR] [--data DIR] [--delay-us N] [--rate R] [--timeout S]
 #   scripts/pfs-local.sh delay N          change the per-request delay of the running volume
 #   scripts/pfs-local.sh status           one line per component; exit 0 up, 3 down
-#   scripts/pfs-local.sh stop [--wipe] [--data DIR]
+#   scripts/pfs-local.sh stop [--wipe [--data DIR]]
 #
 # --mount DIR   mount point (default /mnt/pfs): made if missing, refused if not empty
 # --data DIR    bricks (brick0, brick1) and glusterd's own state (default /var/lib/hpcio-pfs);
 #               kept by stop, so a later start serves the same files; stop --wipe deletes
-#               exactly what start made there
+#               exactly what start made there (in the running testbed's DATA, else in
+#               stop's --data DIR)
 # --delay-us N  every request a brick serves waits N microseconds first (GlusterFS's delay-gen
 #               translator above the brick's storage; the kernel has no netem). Applying a new
 #               value restarts the volume (delay-gen reads its options only at start).
@@ -230,7 +231,7 @@ status() {                     # asks glusterd only when ours is running: the CL
   [ "$(id -u)" = 0 ] || die "needs root"
   load_state
   if ns_up; then
-    echo "namespace  $NS up ($HOST_IP <-> $NS_IP)"; up=$((up + 1))
+    echo "namespace  $NS up (${HOST_IP:-?} <-> ${NS_IP:-?})"; up=$((up + 1))
   else echo "namespace  $NS down"; fi
   if owns "${GLUSTERD:-}" "$STATE/glusterd.vol" && gcli pool list >/dev/null 2>&1; then
     gd=1; echo "glusterd   up (pid $GLUSTERD, state in $DATA/glusterd)"; up=$((up + 1))
@@ -277,7 +278,7 @@ teardown() {                   # whatever of a testbed is up, from the state sta
   CLIENT=${CLIENT:-$(cat "$STATE/client.pid" 2>/dev/null || true)}
   GLUSTERD=${GLUSTERD:-$(cat "$STATE/glusterd.pid" 2>/dev/null || true)}
   if [ -n "${MOUNT:-}" ] && grep -q " $MOUNT fuse.glusterfs " /proc/mounts; then
-    umount "$MOUNT" 2>/dev/null || umount -l "$MOUNT"
+    umount "$MOUNT" 2>/dev/null || umount -l "$MOUNT" || true
   fi
   owns "${CLIENT:-}" "$STATE/client.pid" && end_pids "$CLIENT"
   if ns_up; then
@@ -309,16 +310,16 @@ stop() {
     esac
   done
   [ "$(id -u)" = 0 ] || die "needs root"
-  local asked=$DATA
-  load_state
-  DATA=${asked:-${DATA:-/var/lib/hpcio-pfs}}
+  local data=${DATA:-/var/lib/hpcio-pfs}
+  load_state                   # a testbed that is up names its own data dir
+  data=${DATA:-$data}
   teardown
-  if [ -n "$wipe" ] && [ -e "$DATA/.hpcio-pfs" ]; then     # only what start made there
-    rm -rf "$DATA/glusterd" "$DATA/brick0" "$DATA/brick1" "$DATA/log" "$DATA/addr" \
-      "$DATA/.hpcio-pfs"
-    rmdir "$DATA" 2>/dev/null || true
+  if [ -n "$wipe" ] && [ -e "$data/.hpcio-pfs" ]; then     # only what start made there
+    rm -rf "$data/glusterd" "$data/brick0" "$data/brick1" "$data/log" "$data/addr" \
+      "$data/.hpcio-pfs"
+    rmdir "$data" 2>/dev/null || true
   fi
-  echo "pfs-local: stopped${wipe:+, $DATA wiped}"
+  echo "pfs-local: stopped${wipe:+, $data wiped}"
 }
 
 cmd=${1:-}; shift || true
