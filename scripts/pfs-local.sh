@@ -246,8 +246,8 @@ status() {                     # asks glusterd only when ours is running: the CL
     echo "mount      $MOUNT mounted (client pid $CLIENT)"; up=$((up + 1))
   else echo "mount      ${MOUNT:-none} not mounted"; fi
   if [ -n "$gd" ]; then
-    pct=$(gcli volume get "$VOL" delay-gen.delay-percentage | awk '/^delay-gen/ {print $2}') || true
-    dur=$(gcli volume get "$VOL" delay-gen.delay-duration | awk '/^delay-gen/ {print $2}') || true
+    pct=$(gcli volume get "$VOL" delay-gen.delay-percentage 2>/dev/null | awk '/^delay-gen/ {print $2}') || true
+    dur=$(gcli volume get "$VOL" delay-gen.delay-duration 2>/dev/null | awk '/^delay-gen/ {print $2}') || true
   fi
   if [ "$pct" = 100 ]; then
     echo "delay      $dur us per request; rate ${RATE:-none}"; up=$((up + 1))
