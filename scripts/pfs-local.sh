@@ -28,7 +28,7 @@
 # through a 500 us delay was 3-6x slower.
 #
 # start refuses while any part of a testbed is up (stop cleans a half-up one); a start that
-# fails removes what it made. Logs: DATA/log/ (bricks: /var/log/glusterfs/bricks/).
+# fails removes what it made. Logs, the bricks' too: DATA/log/.
 set -euo pipefail
 
 NS=hpcio-pfs                 # network namespace
@@ -170,6 +170,7 @@ volume management
     option working-directory $DATA/glusterd
     option run-directory $STATE/run
     option glusterd-sockfile $STATE/glusterd.socket
+    option logging-directory $DATA/log
     option transport-type socket
     option transport.socket.listen-port 24007
     option ping-timeout 0
