@@ -2,7 +2,7 @@
 FUSE-mounted), with per-request delay, for hpcio's runs against network storage.
 
 Needs root and Debian's glusterfs packages (the script installs them; the test skips when it
-cannot). It brings a testbed up and down (~30 s): deselect with ``--ignore tests/test_pfs.py``.
+cannot). It brings a testbed up and down (~30 s): deselect with ``-m "not slow"``.
 """
 
 import os
@@ -11,6 +11,8 @@ import sys
 import time
 
 import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.mpi]     # daemons, a mount, ~30 s
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
                       "pfs-local.sh")
