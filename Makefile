@@ -28,7 +28,7 @@ run: setup
 	PATH="$(BIN):$$PATH" $(BIN)/python -m hpcio.demo
 
 test: setup
-	PATH="$(BIN):$$PATH" $(BIN)/python -m pytest -q tests
+	PATH="$(BIN):$$PATH" $(BIN)/python -m pytest -q -m "not lane" tests
 
 clean-venv:
 	rm -rf $(VENV)

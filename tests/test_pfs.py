@@ -2,7 +2,8 @@
 FUSE-mounted), with per-request delay, for hpcio's runs against network storage.
 
 Needs root and Debian's glusterfs packages (the script installs them; the test skips when it
-cannot). It brings a testbed up and down (~30 s): deselect with ``-m "not slow"``.
+cannot). It brings a testbed up and down (~30 s): it runs in its own CI lane (.ci/lane-pfs);
+``make test`` deselects it (``-m "not lane"``).
 """
 
 import os
@@ -12,7 +13,7 @@ import time
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.mpi]     # daemons, a mount, ~30 s
+pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.lane]  # daemons, a mount, ~30 s
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
                       "pfs-local.sh")
