@@ -435,6 +435,7 @@ class CoordinatedReader(Reader):
                 t.Free()
             got = s.Get_count(MPI.BYTE)
             if got != want:
+                self._check.check([j])  # a shard that changed names itself
                 raise HpcioError(f"{self._paths[j]}: MPI-IO read {got} of {want} bytes: a "
                                  f"record lies beyond the end of the file (the index does "
                                  f"not match the data)")
@@ -496,6 +497,7 @@ class CoordinatedReader(Reader):
                     t.Free()
             got = st.Get_count(MPI.BYTE)
             if got != job.want:
+                self._check.check([job.file])  # a shard that changed names itself
                 raise HpcioError(f"{self._paths[job.file]}: MPI-IO read {got} of {job.want} "
                                  f"bytes: a record lies beyond the end of the file (the "
                                  f"index does not match the data)")

@@ -177,6 +177,7 @@ class NodeShare:
                 stats.read_bytes += want
                 got = st.Get_count(MPI.BYTE)
                 if got != want:
+                    check.check([j])  # a shard that changed names itself
                     raise HpcioError(f"{paths[j]}: MPI-IO read {got} of {want} bytes: a "
                                      f"record lies beyond the end of the file (the index "
                                      f"does not match the data)")
