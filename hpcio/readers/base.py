@@ -2,11 +2,12 @@
 
 And what every reader shares: its counters (:class:`ReaderStats`), the check that the
 bytes read are the bytes the index describes (:class:`FileCheck`), the read meter of the
-reading thread (:func:`thread_io`) and the types of reader options (:func:`convert_option`).
+reading thread (:class:`ThreadIO`) and the types of reader options (:func:`convert_option`).
 """
 
 import os
 import resource
+import threading
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -18,7 +19,7 @@ from ..fsutil import aligned_empty
 from ..mpiutil import node_comm
 
 __all__ = ["Batch", "ReaderStats", "Reader", "BufferRing", "READERS", "register", "faults",
-           "FileCheck", "size_error", "files_are_records", "thread_io", "Auto", "convert_option",
+           "FileCheck", "size_error", "files_are_records", "ThreadIO", "Auto", "convert_option",
            "MAX_CACHE_FILES"]
 
 # page-cache residency is measured per epoch for datasets of at most this many files
@@ -61,7 +62,7 @@ class ReaderStats:
     read_bytes bytes the reader's reads brought in. MPI-IO and ``os.preadv`` readers
                (coordinated, memory): the bytes they asked for, holes read through
                included. Library readers (naive): the reading thread's ``rchar``
-               (``/proc/thread-self/io``) around each batch's reads, so whatever the
+               (``/proc/self/task/<tid>/io``) around each batch's reads, so whatever the
                library reads counts (HDF5's sieve buffer for small records). 0 for
                memory-mapped reads (naive LMDB): see ``cache_gained_bytes`` and the faults
     calls      read calls: one per read system call (``read``/``pread``/``preadv``;
@@ -119,28 +120,35 @@ def faults():
     return r.ru_minflt, r.ru_majflt
 
 
-def thread_io():
-    """``(rchar, syscr, n)`` of the calling thread (``/proc/thread-self/io``): bytes and
-    read system calls so far, and ``n`` the size of the text just read, since that one
-    read counts in the next reading (take off ``n`` and 1). Only this thread's reads
-    count, not the pipeline's or the sampler's. None where the kernel keeps no task
-    I/O accounting."""
-    try:
-        fd = os.open("/proc/thread-self/io", os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        text = os.read(fd, 4096)  # one read system call
-    finally:
-        os.close(fd)
-    rchar = syscr = None
-    for line in text.split(b"\n"):
-        k, _, v = line.partition(b":")
-        if k == b"rchar":
-            rchar = int(v)
-        elif k == b"syscr":
-            syscr = int(v)
-    return None if rchar is None or syscr is None else (rchar, syscr, len(text))
+class ThreadIO:
+    """Bytes and read system calls of the calling thread (``rchar``, ``syscr`` of
+    ``/proc/self/task/<tid>/io``): what a library read for us, whatever it does inside,
+    and not the pipeline's or the sampler's reads. The file of the last thread that asked
+    stays open (one ``pread`` per reading). ``read()`` returns ``(rchar, syscr, n)``,
+    ``n`` the size of the text just read, since that read counts in the next reading
+    (take off ``n`` and 1); None where the kernel keeps no task I/O accounting."""
+
+    def __init__(self):
+        self.tid, self.fd = None, None
+
+    def read(self):
+        tid = threading.get_native_id()
+        try:
+            if tid != self.tid:
+                self.close()
+                self.fd, self.tid = os.open(f"/proc/self/task/{tid}/io", os.O_RDONLY), tid
+            text = os.pread(self.fd, 4096, 0)
+            a, b = text.index(b"rchar:") + 6, text.index(b"syscr:") + 6
+            return int(text[a:text.index(b"\n", a)]), int(text[b:text.index(b"\n", b)]), \
+                len(text)
+        except (OSError, ValueError):
+            self.close()
+            return None
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+        self.tid, self.fd = None, None
 
 
 def files_are_records(ds):

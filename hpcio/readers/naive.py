@@ -15,8 +15,8 @@ format maps its files (``MAPPED``: an LMDB page past the end of a truncated file
 SIGBUS), after them elsewhere (HDF5 reads zeros past the end, ``pread`` returns less).
 A shard truncated in the instant between the check and an LMDB read still kills the
 process with SIGBUS. Image files are records: each is read whole and its length compared
-with the index. The reading thread's ``/proc/thread-self/io`` around each batch's reads
-gives ``calls`` and ``read_bytes`` (:class:`ReaderStats`).
+with the index. The reading thread's I/O counters around each batch's reads
+(:class:`ThreadIO`) give ``calls`` and ``read_bytes`` (:class:`ReaderStats`).
 """
 
 import time
@@ -26,8 +26,8 @@ import numpy as np
 from ..errors import HpcioError
 from ..formats import FORMATS
 from .assemble import layout
-from .base import Batch, BufferRing, FileCheck, Reader, faults, files_are_records, \
-    register, thread_io
+from .base import Batch, BufferRing, FileCheck, Reader, ThreadIO, faults, \
+    files_are_records, register
 
 __all__ = ["NaiveReader"]
 
@@ -50,6 +50,7 @@ class NaiveReader(Reader):
         self.native = fmt.open_native(dataset)
         self.stats.opens += self.native.opens
         self._ring = BufferRing(2)
+        self._meter = ThreadIO()
 
     def epoch(self, plan):
         """Yield this rank's batches of ``plan``: one ``native.get`` per record."""
@@ -70,7 +71,7 @@ class NaiveReader(Reader):
                     self.check.check(files)
                 opens = native.opens
                 io = 0.0
-                m0 = thread_io()
+                m0 = self._meter.read()
                 for k, i in enumerate(ids.tolist()):
                     a = clock()
                     rec = get(i)
@@ -83,7 +84,7 @@ class NaiveReader(Reader):
                                          f"bytes, expected {int(off[k + 1] - off[k])} (the "
                                          f"data changed since it was indexed)")
                     buf[off[k]:off[k + 1]] = np.frombuffer(rec, dtype=np.uint8)
-                m1 = thread_io()
+                m1 = self._meter.read()
                 if files is not None and not self.mapped:
                     self.check.check(files)
                 if m0 is not None and m1 is not None:
@@ -107,3 +108,4 @@ class NaiveReader(Reader):
         if native is not None:
             native.close()
         self._ring.clear()
+        self._meter.close()
