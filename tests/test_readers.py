@@ -11,6 +11,7 @@ import pytest
 
 from hpcio.data.dataset import RecordIndex
 from hpcio.errors import HpcioError
+from hpcio.plan import make_plan
 from hpcio.readers import READERS, make_reader
 from hpcio.readers.assemble import clusters, copy_records, gather, layout, merge_runs
 from hpcio.readers.nodeshare import union_reads
@@ -174,3 +175,32 @@ def test_bad_input_one_line_every_rank_ends(tmp_path, data, how, args, msg):
     assert re.search(msg, lines[0]), lines[0]
     assert lines[0].startswith("hpcio.bench: error")
     assert not os.path.exists(tmp_path / "b.json")
+
+
+def test_naive_cursor_walks_key_order_like_caffe(tmp_path):
+    """access=cursor: the same bytes as one get per record; the records stepped over are
+    the other ranks' (and a new pass starts at a shard's first key)."""
+    ds = make_dataset(tmp_path, "lmdb", "raw", records=96, shards=3)
+    for rank in range(2):
+        plan = make_plan(ds.records, 2, rank, 8, shuffle="none")
+        got = {}
+        for access in ("get", "cursor"):
+            r = make_reader("naive", ds, access=access)
+            got[access] = [bytes(b.data) for b in r.epoch(plan)]
+            stats = r.stats
+            r.close()
+        assert got["cursor"] == got["get"]
+        ids = plan.ids
+        shard = ids // 32  # 3 shards of 32 records
+        expect = sum(int(ids[shard == s].max()) - 32 * s + 1 - int((shard == s).sum())
+                     for s in np.unique(shard))
+        assert stats.skipped == expect and stats.extra["access"] == "cursor"
+    with pytest.raises(HpcioError, match="needs --shuffle none"):
+        r = make_reader("naive", ds, access="cursor")
+        try:
+            next(iter(r.epoch(make_plan(ds.records, 2, 0, 8, shuffle="global"))))
+        finally:
+            r.close()
+    h5 = make_dataset(tmp_path, "hdf5", "raw", records=16, shards=1)
+    with pytest.raises(HpcioError, match="a hdf5 dataset has none"):
+        make_reader("naive", h5, access="cursor")

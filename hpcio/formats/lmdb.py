@@ -308,6 +308,36 @@ class Native:
             self.txns.append(env.begin())
         self.opens = len(self.envs)  # data.mdb files opened (ReaderStats.opens)
 
+    def walk(self, ids, skipped):
+        """Records ``ids`` (increasing) as Caffe's data reader fetches them: a cursor per
+        shard walks the keys in order and steps over (``cursor.next``) the records in
+        between, which are other ranks' in a data-parallel job; ``skipped[0]`` counts
+        them. Yields each record's bytes."""
+        if getattr(self, "_cursors", None) is None:
+            self._cursors = [[t.cursor(), None] for t in self.txns]  # cursor, id under it
+        for i in ids:
+            s = int(np.searchsorted(self.starts, i, side="right")) - 1
+            cur = self._cursors[s]
+            c, at = cur
+            if at is None or at > i:  # a new pass over this shard: from its first key
+                if not c.first():
+                    raise HpcioError(f"record {i}: shard {s}'s LMDB environment is empty")
+                at = int(self.starts[s])
+                skipped[0] += i - at
+            elif at < i:  # the record under the cursor was taken: the ones after it are not
+                skipped[0] += i - at - 1
+            while at < i:
+                if not c.next():
+                    raise HpcioError(f"record {i}: the cursor ran past shard {s}'s last key")
+                at += 1
+            cur[1] = at
+            v = c.value()
+            if self.datum:
+                o, n, _ = parse_datum(v)
+                yield memoryview(v)[o:o + n]
+            else:
+                yield v
+
     def get(self, i):
         s = int(np.searchsorted(self.starts, i, side="right")) - 1 if len(self.txns) > 1 else 0
         key = bytes(self.keys[i]) if self.keys is not None else \

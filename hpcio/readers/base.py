@@ -72,6 +72,8 @@ class ReaderStats:
     opens      files opened (``open``, ``MPI_File_open``, a library's open of a file),
                on set-up and during epochs; not in ``calls``
     records, batches  records and batches delivered
+    skipped    records a cursor stepped over to reach this rank's (the naive reader's
+               ``access=cursor``: Caffe's reader with several solvers)
     io_s       seconds spent inside the reads (on any thread of the reader)
     wait_s     seconds the consumer was blocked waiting for a batch
     load_s     seconds spent loading data before the first batch (the memory reader's
@@ -94,6 +96,7 @@ class ReaderStats:
     opens: int = 0
     records: int = 0
     batches: int = 0
+    skipped: int = 0
     io_s: float = 0.0
     wait_s: float = 0.0
     load_s: float = 0.0

@@ -29,7 +29,12 @@ from .assemble import layout
 from .base import Batch, BufferRing, FileCheck, Reader, ThreadIO, faults, \
     files_are_records, register
 
-__all__ = ["NaiveReader"]
+__all__ = ["NaiveReader", "ACCESS"]
+
+#: how the naive reader fetches LMDB records: ``get``, one lookup per record (what
+#: PyTorch-style loaders do); ``cursor``, a cursor walked in key order that steps over the
+#: other ranks' records (Caffe's data reader; LMDBIO's baseline; shuffle none only)
+ACCESS = ("get", "cursor")
 
 
 @register
@@ -38,7 +43,7 @@ class NaiveReader(Reader):
 
     name = "naive"
 
-    def __init__(self, dataset, comm, **options):
+    def __init__(self, dataset, comm, access: ACCESS = "get", **options):
         super().__init__(dataset, comm, **options)
         try:
             fmt = FORMATS[dataset.format]
@@ -49,6 +54,12 @@ class NaiveReader(Reader):
         self.mapped = bool(getattr(fmt, "MAPPED", False))  # check before reads, not after
         self.native = fmt.open_native(dataset)
         self.stats.opens += self.native.opens
+        if access == "cursor" and not hasattr(self.native, "walk"):
+            self.native.close()
+            raise HpcioError(f"access=cursor walks an LMDB cursor in key order; a "
+                             f"{dataset.format} dataset has none", everywhere=True)
+        self.access = access
+        self.stats.extra["access"] = access
         self._ring = BufferRing(2)
         self._meter = ThreadIO()
 
@@ -56,6 +67,11 @@ class NaiveReader(Reader):
         """Yield this rank's batches of ``plan``: one ``native.get`` per record."""
         idx, st, native = self.ds.index, self.stats, self.native
         get = native.get
+        cursor = self.access == "cursor"
+        if cursor and plan.steps and not (np.diff(plan.ids) > 0).all():
+            raise HpcioError("access=cursor reads records in key order, as Caffe's data "
+                             "reader does: it needs --shuffle none", everywhere=True)
+        skipped = [0]
         f0 = faults()
         clock = time.perf_counter
         if self.check is not None:
@@ -72,9 +88,10 @@ class NaiveReader(Reader):
                 opens = native.opens
                 io = 0.0
                 m0 = self._meter.read()
+                records = native.walk(ids.tolist(), skipped) if cursor else None
                 for k, i in enumerate(ids.tolist()):
                     a = clock()
-                    rec = get(i)
+                    rec = next(records) if cursor else get(i)
                     io += clock() - a
                     n = len(rec)
                     if n != off[k + 1] - off[k]:
@@ -99,6 +116,7 @@ class NaiveReader(Reader):
                 st.batches += 1
                 yield Batch(s, ids, buf[:off[-1]], off, idx.label[ids], fetch_s=dt)
         finally:
+            st.skipped += skipped[0]
             f1 = faults()
             st.minflt += f1[0] - f0[0]
             st.majflt += f1[1] - f0[1]
