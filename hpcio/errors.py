@@ -5,7 +5,7 @@ import sys
 import time
 import traceback
 
-__all__ = ["HpcioError", "guard"]
+__all__ = ["HpcioError", "guard", "abort"]
 
 
 class HpcioError(Exception):
@@ -39,6 +39,15 @@ def _end(code, comm, size):
         time.sleep(0.5)  # let the launcher forward the message before the abort kills us
         comm.Abort(code)
     os._exit(code)
+
+
+def abort(message, code):
+    """Print ``message`` (one line) and end the whole job now. Safe from any thread (a
+    watchdog), while the main thread is blocked in MPI (mpi4py asks for
+    MPI_THREAD_MULTIPLE)."""
+    print(message, file=sys.stderr, flush=True)
+    rank, size, comm = _world()
+    _end(code, comm, size)
 
 
 def guard(main, prog="hpcio"):

@@ -2,17 +2,44 @@
 
 Checkpoint I/O competes with training reads for the same storage; its cost is part of a
 step's wall time (the ``ckpt`` component) and its bandwidth is reported per checkpoint.
+
+A checkpoint replaces the previous ``checkpoint.pt``, so the directory is claimed first
+(:func:`claim_checkpoint_dir`): one hpcio made, or one that holds nothing, never a
+directory with a file of the user's that a checkpoint would replace.
 """
 
 import io
 import os
 import time
 
+from ..errors import HpcioError
 from ..fsutil import atomic_write
 
-__all__ = ["CHECKPOINT", "save_checkpoint", "load_checkpoint"]
+__all__ = ["CHECKPOINT", "MARKER", "claim_checkpoint_dir", "save_checkpoint",
+           "load_checkpoint"]
 
 CHECKPOINT = "checkpoint.pt"
+MARKER = ".hpcio-checkpoints"  # says hpcio made the directory (or found it empty)
+
+
+def claim_checkpoint_dir(directory):
+    """Make ``directory`` (or take an empty one) and mark it as hpcio's; one hpcio marked
+    before is used as it is. Any other directory: an :class:`HpcioError`, before
+    training."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        names = os.listdir(directory)
+        if MARKER in names:
+            return
+        if names:
+            shown = ", ".join(sorted(names)[:3]) + (", ..." if len(names) > 3 else "")
+            raise HpcioError(f"--checkpoint-dir {directory}: holds files hpcio did not "
+                             f"write ({shown}); checkpoints would replace them (give a new "
+                             f"or empty directory)")
+        with open(os.path.join(directory, MARKER), "a"):
+            pass
+    except OSError as e:
+        raise HpcioError(f"--checkpoint-dir {directory}: {e.strerror or e}")
 
 
 def _state(model):
