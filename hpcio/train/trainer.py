@@ -37,10 +37,10 @@ from ..measure.probes import counters, delta
 from ..measure.results import Flusher, RunDir, capture_env, default_name
 from ..measure.sampler import Sampler
 from ..measure.steps import StepLog, rank_summary
+from ..mpiutil import on_root
 from ..plan import make_plan
 from ..readers import make_reader
-from ..mpiutil import on_root
-from .checkpoint import claim_checkpoint_dir, save_checkpoint
+from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpoint
 from .dist import init_world, make_dist, pick_device
 from .emulate import SPEC, ComputeTime, EmulatedModel, ReadOnly
 from .models import make_model
@@ -210,8 +210,7 @@ def setup(args):
     t_begin = _now()
     world = init_world()
     wd = Watchdog(args.stall_timeout, world.rank, "hpcio.train",
-                  waiting="the run's set-up (data checks, model, gradient exchange, run "
-                          "directory: collectives)")
+                  waiting="the run's set-up (device, dataset checks: collectives)")
     wd.start()
     threads = torch_threads(world, args.torch_threads)
     torch.set_num_threads(threads)
@@ -219,6 +218,7 @@ def setup(args):
     sys.setswitchinterval(SWITCH_INTERVAL)
     device = pick_device(world, args.device)
     ds = open_dataset(args.data, world.comm)
+    wd.mark("the model's construction")
     model, spec = _build_model(args, ds, world)
     input_shape = _input_shape(args, ds, spec)
     plan0 = make_plan(ds.records, world.size, world.rank, args.batch, epoch=0,
@@ -232,9 +232,13 @@ def setup(args):
                         pin_memory=device.type == "cuda", classes=classes)
     else:
         pipe = ReadOnly(args.prefetch)
+    wd.mark("the run directory's claim (a collective)")
+    ckpt_dir = os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None
+    if args.checkpoint_every and ckpt_dir:  # a refusal leaves nothing made
+        on_root(world.comm, lambda: check_checkpoint_dir(ckpt_dir))
     out = RunDir.create(args.out or os.path.join(
         "runs", default_name(args.reader, args.model, world.size)), world.comm)
-    ckpt_dir = args.checkpoint_dir or os.path.join(out.path, "checkpoints")
+    ckpt_dir = ckpt_dir or os.path.join(out.path, "checkpoints")
     if args.checkpoint_every:
         on_root(world.comm, lambda: claim_checkpoint_dir(ckpt_dir))
     ropts = reader_options(args)
@@ -243,12 +247,16 @@ def setup(args):
     reopen = args.cache == "cold" and args.reader != "memory"
 
     dist_name = "none" if args.model == "emulate" else args.dist
+    wd.mark("the gradient exchange's set-up (collectives)")
     dist = make_dist(dist_name, world, device)
     model = model.to(device)
+    wd.mark("the optimiser's set-up (its first use imports torch's compiler, seconds)")
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    wd.mark("the model's broadcast to every rank (a collective)")
     model, optimizer = dist.wrap(model, optimizer)
     step_fn = EmulatedStep(model) if args.model == "emulate" else Step(model, optimizer,
                                                                       device)
+    wd.mark("the environment's capture (a collective)")
     env = capture_env(world, ds.root, args.cache, ropts, device)
     config = {k: v for k, v in vars(args).items() if k not in ("hint",)}
     config.update({
