@@ -113,24 +113,32 @@ class RunDir:
 class Flusher(threading.Thread):
     """Calls ``write()`` every ``interval`` seconds and soon after each :meth:`kick` (an
     epoch's end), on its own thread: the training thread pays one ``Event.set`` per epoch
-    and nothing per step. ``write`` snapshots what it needs (it runs beside training). An
-    error is said once on stderr and the next flush tries again; the end-of-run write
-    raises it properly."""
+    and nothing per step. ``write`` snapshots what it needs (it runs beside training).
+
+    Flushing takes at most 1% of the run's CPU: a flush that used s seconds of CPU is
+    followed by at least 99 s of rest, kicks included (a long run's samples make one
+    costly, and the JSON encoder holds the GIL the training thread needs;
+    benchmarks/design.md). An error
+    is said once on stderr and the next flush tries again; the end-of-run write raises it
+    properly."""
 
     def __init__(self, write, interval, name="results"):
         super().__init__(name="hpcio-flusher", daemon=True)
         self.write, self.interval, self.what = write, float(interval), name
         self._wake = threading.Event()
-        self._halt = False
+        self._halt = threading.Event()
         self.failed = None
 
     def run(self):
-        while True:
-            self._wake.wait(self.interval)
+        spent = 0.0
+        while not self._halt.wait(99 * spent):
+            self._wake.wait(max(0.0, self.interval - 100 * spent))
             self._wake.clear()
-            if self._halt:
+            if self._halt.is_set():
                 return
+            t = time.thread_time()
             self.flush()
+            spent = time.thread_time() - t
 
     def flush(self):
         try:
@@ -146,7 +154,7 @@ class Flusher(threading.Thread):
 
     def stop(self):
         """No flush after this returns (one under way is finished first)."""
-        self._halt = True
+        self._halt.set()
         self._wake.set()
         if self.is_alive():
             self.join()

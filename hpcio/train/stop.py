@@ -151,9 +151,9 @@ class Watchdog(threading.Thread):
             if beat != last or now - prev > period + max(2.0, period):
                 last, since = beat, now
             elif now - since >= self.timeout:
-                abort(f"{self.prog}: rank {self.rank}: no progress for {now - since:.0f} s "
-                      f"waiting for {self.waiting}; ending the job (--stall-timeout "
-                      f"{self.timeout:g})", STALL_EXIT)
+                abort(f"{self.prog}: rank {self.rank}: no progress for {self.timeout:g} s, "
+                      f"waiting for {self.waiting}; ending the job (--stall-timeout)",
+                      STALL_EXIT)
             prev = now
 
     def stop(self):
