@@ -2,7 +2,9 @@
 #   make run            the main job on a small default
 #   make test           the test suite (several tests run under mpiexec -n 2 and -n 3)
 #   make MPI=system ... build mpi4py against the MPI on PATH (module, spack, apt)
-#                       instead of the mpich wheel from PyPI
+#                       instead of the mpich wheel from PyPI (mpi4py 3.1 for MPICH < 4.1,
+#                       see scripts/install-mpi4py.sh)
+#   make VENV=.venv-system MPI=system test   a second venv beside .venv
 PY ?= python3
 VENV ?= .venv
 MPI ?= wheel
@@ -17,7 +19,7 @@ setup: $(VENV)/.installed-$(MPI)
 $(VENV)/.installed-$(MPI): setup.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	if [ "$(MPI)" = system ]; then MPICC=$${MPICC:-mpicc} $(BIN)/pip install -q --no-binary=mpi4py mpi4py; fi
+	if [ "$(MPI)" = system ]; then scripts/install-mpi4py.sh $(BIN)/pip; fi
 	$(BIN)/pip install -q -e ".[$(EXTRAS_$(MPI))]"
 	rm -f $(VENV)/.installed-*
 	touch $@
@@ -26,7 +28,7 @@ run: setup
 	PATH="$(BIN):$$PATH" $(BIN)/python -m hpcio.demo
 
 test: setup
-	PATH="$(BIN):$$PATH" $(BIN)/python -m pytest -q tests
+	PATH="$(BIN):$$PATH" $(BIN)/python -m pytest -q -m "not lane" tests
 
 clean-venv:
 	rm -rf $(VENV)

@@ -19,7 +19,8 @@ Where things live (one home per concern)::
     bench.py, demo.py, datagen.py, results.py   the other commands (``python -m
                 hpcio.<command>``; ``results summarize`` for runs that did not finish)
     mpiutil.py  MPI patterns: work on rank 0 with errors raised everywhere, node
-                communicators, array broadcasts
+                communicators, array broadcasts; mpicompat.py: MPI stacks known to break
+    sweep.py    the ``sweep`` command: one train job per point, resumable
     cli.py, errors.py, fsutil.py    argument types, one-line errors, atomic files
 
 A new format is a module in formats/ added to FORMATS; a new reader a class in readers/

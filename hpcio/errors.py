@@ -1,11 +1,26 @@
-"""Failure containment: one clear line, a non-zero exit, and every rank ends."""
+"""Failure containment: one clear line, a non-zero exit, and every rank ends.
 
+Every command runs its ``main`` under :func:`guard`. Whatever goes wrong on whichever rank,
+the job prints one line and ends (an MPI abort, so no rank waits in a collective for one
+that died):
+
+* an :class:`HpcioError` (a failure hpcio expected: bad flags, bad data) prints
+  ``<cmd>: error: <what>`` (``error (rank R)`` when only that rank saw it);
+* anything else prints ``<cmd>: rank R: <what failed> (<Type>)`` and writes the traceback
+  to ``error-rank-R.txt`` in the run's directory (:func:`report_to`; a temporary file
+  before there is one), or to stderr with ``HPCIO_DEBUG=1``.
+"""
+
+import errno
 import os
 import sys
+import tempfile
 import time
 import traceback
 
-__all__ = ["HpcioError", "guard", "abort"]
+__all__ = ["HpcioError", "guard", "abort", "report_to", "describe"]
+
+_report_dir = None
 
 
 class HpcioError(Exception):
@@ -18,6 +33,28 @@ class HpcioError(Exception):
     def __init__(self, message, everywhere=False):
         super().__init__(message)
         self.everywhere = everywhere
+
+
+def report_to(path):
+    """Write tracebacks of unexpected errors into ``path`` (the run's directory) from now on."""
+    global _report_dir
+    _report_dir = path
+
+
+def describe(exc):
+    """What failed, in one line: ``path: strerror`` for OS errors, the first line of the
+    message otherwise, with the exception's type in parentheses."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = exc.filename if exc.filename is not None else ""
+        what = f"{where}: {exc.strerror}" if where else exc.strerror
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            what += " (disk or quota full)"
+    elif isinstance(exc, MemoryError):
+        what = "out of memory" + (f": {exc}" if str(exc) else "")
+    else:
+        text = str(exc).strip()
+        what = text.splitlines()[0] if text else "failed"
+    return f"{what} ({type(exc).__name__})"
 
 
 def _world():
@@ -50,9 +87,29 @@ def abort(message, code):
     _end(code, comm, size)
 
 
+def _save_traceback(rank, text):
+    """Where the traceback went (a file), or None when it went to stderr."""
+    if os.environ.get("HPCIO_DEBUG") == "1":
+        print(text, file=sys.stderr, end="", flush=True)
+        return None
+    for d in (_report_dir, tempfile.gettempdir()):
+        if not d:
+            continue
+        name = f"error-rank-{rank}.txt" if d == _report_dir else \
+            f"hpcio-error-rank-{rank}-{os.getpid()}.txt"
+        path = os.path.join(d, name)
+        try:
+            with open(path, "w") as f:
+                f.write(text)
+            return path
+        except OSError:
+            continue
+    return None
+
+
 def guard(main, prog="hpcio"):
-    """Run ``main()``; on any error print one line (or the traceback of an unexpected
-    error, once, naming the rank) and end the whole MPI job with a non-zero code.
+    """Run ``main()``; on any error print one line and end the whole MPI job with a
+    non-zero code (see the module docstring).
 
     Without this, an exception on one rank leaves the others waiting in a collective.
     """
@@ -77,10 +134,14 @@ def guard(main, prog="hpcio"):
             rank, size, comm = _world()
             _end(code, comm, size)
         raise
-    except BaseException:
+    except BaseException as e:
         rank, size, comm = _world()
-        tb = traceback.format_exc()
-        print(f"{prog}: unexpected error on rank {rank} of {size}:\n{tb}",
-              file=sys.stderr, flush=True)
+        if rank > 0:
+            # the same failure on every rank (a bad value all ranks parsed): rank 0 speaks
+            # and aborts first, so the job prints one line
+            time.sleep(1.0)
+        where = _save_traceback(rank, traceback.format_exc())
+        more = f"; traceback in {where}" if where else ""
+        print(f"{prog}: rank {rank}: {describe(e)}{more}", file=sys.stderr, flush=True)
         _end(1, comm, size)
     return code

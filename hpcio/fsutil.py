@@ -6,7 +6,7 @@ import os
 
 import numpy as np
 
-__all__ = ["atomic_write", "atomic_json", "aligned_empty", "evict", "fs_type"]
+__all__ = ["atomic_write", "atomic_json", "aligned_empty", "evict", "fs_type", "free_bytes"]
 
 
 def atomic_write(path, write):
@@ -86,6 +86,19 @@ def evict(path):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
+
+
+def free_bytes(path):
+    """Bytes an unprivileged user may still write on the file system of ``path`` (or of
+    its nearest existing parent); None when unknown."""
+    p = os.path.abspath(path)
+    while p and not os.path.exists(p):
+        p = os.path.dirname(p)
+    try:
+        st = os.statvfs(p)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def fs_type(path):

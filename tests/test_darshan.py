@@ -28,7 +28,19 @@ WORKLOAD = os.path.join(ROOT, "tests", "mpi", "darshan_read.py")
 BIN = os.path.dirname(sys.executable)
 
 
+def _text(path):
+    with open(path) as f:
+        return f.read()
+
+
+def _builds():
+    """Darshan is built (about a minute) in its own CI lane, after the main test run."""
+    if os.environ.get("HPCIO_DARSHAN_TESTS") != "1":
+        pytest.skip("Darshan builds are tested in .ci/lane-darshan (HPCIO_DARSHAN_TESTS=1)")
+
+
 def _build(prefix, mpicc=None):
+    _builds()
     env = dict(os.environ, PYTHON=sys.executable, PATH=BIN + os.pathsep + os.environ["PATH"])
     if mpicc:
         env["MPICC"] = mpicc
@@ -72,7 +84,10 @@ def _traced(n, lib, config, data, out, launcher=None):
     else:
         p = run_mpi(n, args)
     assert p.returncode == 0, p.stderr
-    ranks = [json.load(open(os.path.join(out, f"rank-{r}.json"))) for r in range(n)]
+    ranks = []
+    for r in range(n):
+        with open(os.path.join(out, f"rank-{r}.json")) as f:
+            ranks.append(json.load(f))
     return p, ranks, darshan.log_path(out, "read")
 
 
@@ -86,7 +101,7 @@ def _data_file(tmp_path, size=5 * (1 << 20) + 12345):
 
 def test_config_raises_records_and_memory_for_many_files():
     small = darshan.config_text(100)
-    assert small == open(darshan.DEFAULT_CONFIG).read()  # the shipped sizes already fit
+    assert small == _text(darshan.DEFAULT_CONFIG)  # the shipped sizes already fit
     text = darshan.config_text(1_000_000)
     lines = {ln.split()[0]: ln.split()[1:] for ln in text.splitlines()
              if ln.strip() and not ln.startswith("#")}
@@ -102,11 +117,11 @@ def test_config_raises_records_and_memory_for_many_files():
 
 def test_write_config_and_shared_config(tmp_path):
     path = darshan.write_config(str(tmp_path / "sub" / "d.conf"), 50_000)
-    assert open(path).read() == darshan.config_text(50_000)
+    assert _text(path) == darshan.config_text(50_000)
     shared = darshan.shared_config(50_000, str(tmp_path))
     assert shared == darshan.shared_config(50_000, str(tmp_path))  # same content, same name
     assert shared != darshan.shared_config(60_000, str(tmp_path))
-    assert open(shared).read() == darshan.config_text(50_000)
+    assert _text(shared) == darshan.config_text(50_000)
 
 
 def test_trace_env():
@@ -220,7 +235,7 @@ def test_config_sized_for_a_folder_keeps_every_file(lib, folder, tmp_path):
 
 def test_default_record_table_overflows_partial(lib, folder, tmp_path):
     config = tmp_path / "d.conf"  # the project's exclusions, Darshan's 1,024 records
-    config.write_text("".join(ln for ln in open(darshan.DEFAULT_CONFIG)
+    config.write_text("".join(ln for ln in _text(darshan.DEFAULT_CONFIG).splitlines(True)
                               if ln.startswith("NAME_EXCLUDE")))
     _, _, log = _traced(2, lib, str(config), folder, str(tmp_path / "run"))
     assert darshan.log_is_partial(log)
@@ -301,7 +316,7 @@ def _fixture(*parts):
 def test_fixture_logs_against_truth(parser):
     d = _fixture("darshan")
     truth = {}
-    for line in open(os.path.join(d, "truth.jsonl")):
+    for line in _text(os.path.join(d, "truth.jsonl")).splitlines():
         t = json.loads(line)
         truth.setdefault((t["mode"], t["nprocs"]), {})[t["rank"]] = t
     logs = sorted(glob.glob(os.path.join(d, "*.darshan")))
@@ -335,7 +350,7 @@ def test_hpcio_run_logs_match_the_runs_counters(parser):
         s = darshan.log_summary(log, parser)
         stats = {}
         for path in glob.glob(os.path.join(run, "rank-*.json")):
-            r = json.load(open(path))
+            r = json.loads(_text(path))
             stats[r["rank"]] = r["reader_stats"]
         assert s["nprocs"] == len(stats) and s["partial"] == []
         if "-coordinated-" in run:  # MPI-IO bytes are the reader's own count, to the byte
@@ -353,3 +368,21 @@ def test_parser_and_pydarshan_agree_on_fixtures(lib):
     parser = darshan.find_parser(lib)
     for log in glob.glob(os.path.join(_fixture("darshan"), "*.darshan")):
         assert darshan.log_summary(log) == darshan.log_summary(log, parser)
+
+
+def test_incomplete_tracing_is_named(tmp_path):
+    """A run preloaded by its launcher without the project's config would miss the dataset."""
+    assert darshan.preloaded_library({"LD_PRELOAD": "/a/libdarshan.so:/b/x.so"}) == \
+        "/a/libdarshan.so"
+    assert darshan.preloaded_library({"LD_PRELOAD": "/b/x.so"}) is None
+    assert "without DARSHAN_CONFIG_PATH" in darshan.incomplete(4, {})
+    assert darshan.incomplete(4, {"DARSHAN_CONFIG_PATH": darshan.DEFAULT_CONFIG}) is None
+    assert "below the dataset's 100000 files" in darshan.incomplete(
+        100_000, {"DARSHAN_CONFIG_PATH": darshan.DEFAULT_CONFIG})
+    bare = tmp_path / "bare.conf"
+    bare.write_text("MAX_RECORDS 4096 POSIX\n")
+    assert "no NAME_EXCLUDE" in darshan.incomplete(4, {"DARSHAN_CONFIG_PATH": str(bare)})
+    assert darshan.dataset_files(str(tmp_path)) == 0
+    (tmp_path / "hpcio.json").write_text(json.dumps(
+        {"format": "images", "records": 70, "shards": [{}, {}]}))
+    assert darshan.dataset_files(str(tmp_path)) == 70

@@ -2,6 +2,7 @@
 and every bad input ends every rank with one line naming the problem."""
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -10,8 +11,10 @@ import pytest
 
 from hpcio.data.dataset import open_dataset
 from hpcio.data.write import generate
+from hpcio.formats import get_format
 
 from common.datasets import error_lines, records_of
+from common.fs import private_mount
 from common.mpi import mpiexec, run_mpi, run_py
 
 GEN = ["-m", "hpcio.datagen", "generate"]
@@ -118,6 +121,7 @@ def test_never_overwrites_a_file_hpcio_did_not_write(tmp_path):
     (["--records", "3", "--shards", "4"], ["--shards must be between 1 and"]),
     (["--encoding", "png", "--format", "hdf5", "--chunk-records", "4"],
      ["chunk_records needs raw"]),
+    (["--shape", "100000x100000x3"], ["shape 100000x100000x3", "GiB of memory available"]),
 ])
 def test_bad_arguments_on_two_ranks(tmp_path, args, words):
     p = run_mpi(2, GEN + [tmp_path / "d"] + args, timeout=60)
@@ -132,23 +136,6 @@ def test_output_under_a_file_is_one_line(tmp_path):
     fails(run_py(GEN + [tmp_path / "f", "--records", 5]), "exists and is not a directory")
 
 
-def _private_mount(tmp_path, opts):
-    """argv prefix running a command in a private mount namespace with a tmpfs mounted
-    (``opts``) on ``tmp_path/mnt``; skips where namespaces or mounts are not allowed."""
-    unshare = shutil.which("unshare")
-    if not unshare:
-        pytest.skip("unshare(1) not installed")
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    flags = ["--mount"] if os.geteuid() == 0 else ["--mount", "--map-root-user"]
-    script = f'mount -t tmpfs -o {opts} hpcio-test "{mnt}" && exec "$@"'
-    prefix = [unshare] + flags + ["sh", "-c", script, "sh"]
-    probe = subprocess.run(prefix + ["true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        pytest.skip(f"cannot mount a private tmpfs here: {probe.stderr.strip()[:80]}")
-    return prefix, mnt
-
-
 def _launch(prefix, n, args, timeout=120):
     env = dict(os.environ)
     return subprocess.run(prefix + [mpiexec(), "-n", str(n), sys.executable] + GEN +
@@ -157,11 +144,36 @@ def _launch(prefix, n, args, timeout=120):
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "images"])
+def test_force_replaces_the_leftovers_of_a_failed_run(tmp_path, fmt):
+    """A run that died of a full disk leaves its marker: without --force a rerun says what
+    is there; with --force the leftovers (and nothing else) are replaced."""
+    prefix, mnt = private_mount(tmp_path, "size=4m")  # HDF5 wants 1 MiB to spare
+    d = mnt / "d"
+    gen = " ".join(shlex.quote(str(a)) for a in [mpiexec(), "-n", 2, sys.executable] + GEN +
+                   [d, "--preset", "cifar10", "--encoding", "raw", "--format", fmt,
+                    "--shards", 2])
+    script = (f"{gen} --records 1500 2>/dev/null; echo rc=$?; touch {d}/mine.txt; "
+              f"{gen} --records 20 2>&1 | grep -v Abort; {gen} --records 20 --force "
+              f">/dev/null 2>&1; echo rc=$?; ls -A {d}")
+    p = subprocess.run(prefix + ["sh", "-c", script], capture_output=True, text=True,
+                       timeout=240)
+    out = p.stdout.splitlines()
+    assert out[0] == "rc=2", p.stdout + p.stderr
+    assert any("holds the leftovers of an hpcio run that did not finish" in ln
+               for ln in out), p.stdout
+    k = out.index("rc=0")
+    assert sorted(out[k + 1:]) == sorted(["hpcio.json", "index.npz", "mine.txt"] + [
+        t for i in range(2) for t in get_format(fmt).targets(i, None) if
+        not t.startswith(".")]), p.stdout
+
+
+@pytest.mark.mpi
 @pytest.mark.parametrize("fmt,enc", [("packed", "raw"), ("lmdb", "raw"), ("hdf5", "raw"),
                                      ("hdf5", "png"), ("images", "raw")])
 def test_disk_full_on_two_ranks(tmp_path, fmt, enc):
     """A 1 MiB tmpfs in a private mount namespace: ENOSPC from any library is one line."""
-    prefix, mnt = _private_mount(tmp_path, "size=1m")
+    prefix, mnt = private_mount(tmp_path, "size=1m")
     p = _launch(prefix, 2, [mnt / "d", "--preset", "cifar10", "--records", 1500,
                             "--format", fmt, "--encoding", enc, "--shards", 2])
     fails(p, "no space left on device")
@@ -169,7 +181,7 @@ def test_disk_full_on_two_ranks(tmp_path, fmt, enc):
 
 @pytest.mark.mpi
 def test_read_only_file_system(tmp_path):
-    prefix, mnt = _private_mount(tmp_path, "size=1m,ro")
+    prefix, mnt = private_mount(tmp_path, "size=1m,ro")
     fails(_launch(prefix, 2, [mnt / "d", "--records", 5]), "read-only file system")
 
 

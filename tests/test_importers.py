@@ -18,6 +18,9 @@ from hpcio.formats import FORMATS
 from hpcio.formats.lmdb import make_datum, parse_datum
 from hpcio.data.importers import import_data, index_path, load_cifar10, load_mnist
 from hpcio.data.presets import PRESETS
+from hpcio.plan import make_plan
+from hpcio.readers import make_reader
+from hpcio.train.decode import decode_records
 
 from common.datasets import error_lines, records_of
 from common.mpi import run_mpi, run_py
@@ -185,6 +188,20 @@ def test_index_caffe_lmdb(tmp_path, encoded):
     run_py(DG + ["index", env, "--force"], check=True)
     assert sorted(os.listdir(env)) == ["data.mdb", "hpcio.json", "index.npz", "keys.npy",
                                        "lock.mdb"]
+
+
+def test_raw_datums_decode_channel_major(tmp_path):
+    """Caffe stores a raw Datum plane after plane (CHW): the index says so and the pipeline
+    gives back the original pixels, not CHW bytes read as HWC."""
+    env = tmp_path / "raw_lmdb"
+    x, _ = make_caffe_lmdb(env, n=4, encoded=False)
+    ds = index_path(str(env))
+    assert ds.manifest["layout"] == "chw" and ds.shape == (32, 32, 3)
+    reader = make_reader("memory", ds)
+    plan = make_plan(ds.records, 1, 0, 4, shuffle="none")
+    batch = next(iter(reader.epoch(plan)))
+    assert np.array_equal(decode_records(batch, ds.manifest), x[:4])
+    reader.close()
 
 
 def test_index_plain_lmdb_values(tmp_path):

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.common.datasets import make_dataset
+from common.datasets import make_dataset
 
 
 def _slurm_up():
@@ -63,3 +63,45 @@ def test_error_on_one_rank_ends_the_srun_job(tmp_path):
               timeout=60, env={"HPCIO_FAULT": "1:2"})
     assert p.returncode != 0
     assert "rank 1" in p.stderr
+
+
+JOBS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jobs")
+
+
+def _sbatch(tmp_path, script, args, n=2, env=None, timeout=600):
+    """Submit ``jobs/<script>`` and wait for it (sbatch --wait); returns (process, log)."""
+    log = tmp_path / f"{script}.out"
+    cmd = ["sbatch", "--wait", "-n", str(n), "--chdir", str(tmp_path), "--output", str(log),
+           os.path.join(JOBS, script)] + [str(a) for a in args]
+    e = dict(os.environ, HPCIO_VENV=sys.prefix, **(env or {}))
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+    return p, log.read_text() if log.exists() else ""
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_job_templates_make_data_train_and_sweep(tmp_path):
+    data = tmp_path / "data"
+    p, log = _sbatch(tmp_path, "datagen.sbatch", [data, "--records", 96, "--format",
+                                                   "packed", "--shards", 2])
+    assert p.returncode == 0, log + p.stderr
+    assert (data / "hpcio.json").exists()
+    run = tmp_path / "run"
+    p, log = _sbatch(tmp_path, "train.sbatch", ["--data", data, "--model", "emulate",
+                                                "--batch", 8, "--out", run])
+    assert p.returncode == 0, log + p.stderr
+    with open(run / "summary.json") as f:
+        assert json.load(f)["ranks"] == 2
+    sweep = tmp_path / "sweep"
+    p, log = _sbatch(tmp_path, "scaling.sbatch", ["--data", data, "--", "--model", "emulate",
+                                                  "--batch", 8, "--compute-time", 0.001],
+                     env={"HPCIO_SWEEP_OUT": str(sweep)})
+    assert p.returncode == 0, log + p.stderr
+    with open(sweep / "sweep.json") as f:
+        runs = json.load(f)["runs"]
+    assert sorted((r["point"]["reader"], r["point"]["ranks"]) for r in runs) == [
+        ("coordinated", 1), ("coordinated", 2), ("naive", 1), ("naive", 2)]
+    assert all(r["status"] == "done" for r in runs)
+    for r in runs:
+        with open(os.path.join(r["run_dir"], "env.json")) as f:
+            assert json.load(f)["slurm_job_id"]

@@ -9,6 +9,7 @@ the end (one gather), and rank 0 writes the manifest and the record index.
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -18,6 +19,8 @@ from .. import __version__
 from ..errors import HpcioError
 from ..formats import get_format
 from ..formats.base import Block, Spec, record_ranges, write_error
+from ..fsutil import atomic_json
+from ..measure import probes
 from ..mpiutil import on_root, raise_everywhere
 from . import pictures
 from .dataset import INDEX, KIND, MANIFEST, Dataset, RecordIndex, is_dataset, open_dataset
@@ -104,13 +107,47 @@ def remove_owned(root, files, dirs):
                 pass
 
 
-def prepare_output(out, targets, force=False):
-    """Make ``out`` ready for a new dataset whose files are ``targets`` (relative).
+#: written into the output directory before the first shard and removed once the manifest
+#: is written: it names the paths a dataset being written creates, so the leftovers of a
+#: run that failed (disk full, a crash) are known to be hpcio's and ``--force`` replaces them
+MARKER = ".hpcio-writing"
 
-    An empty or new directory is used as is. One holding an hpcio dataset, or anything
-    else, is refused unless ``force``; with ``force`` only files the old hpcio dataset
-    wrote are removed (listed by its manifest and index), and a target that exists and was
-    not written by hpcio is never overwritten."""
+
+def _leftovers(out):
+    """The paths named by an unfinished run's marker in ``out`` ([] without a marker)."""
+    try:
+        with open(os.path.join(out, MARKER)) as f:
+            targets = json.load(f)["targets"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return [t for t in targets if isinstance(t, str) and t.lstrip(".").startswith("shard-")
+            and "/" not in t.rstrip("/") and ".." not in t]
+
+
+def _remove_leftovers(out):
+    """Remove what an unfinished hpcio run created in ``out`` (its marker says what: paths
+    that did not exist when it started), then the marker."""
+    for rel in _leftovers(out) + [INDEX, MANIFEST]:
+        p = os.path.join(out, rel)
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p)
+            elif os.path.lexists(p):
+                os.unlink(p)
+        except OSError as e:
+            raise write_error(p, e)
+    os.unlink(os.path.join(out, MARKER))
+
+
+def prepare_output(out, targets, force=False):
+    """Make ``out`` ready for a new dataset whose files are ``targets`` (relative), and
+    mark it as being written (:data:`MARKER`).
+
+    An empty or new directory is used as is. One holding an hpcio dataset, or the
+    leftovers of an hpcio run that did not finish, or anything else, is refused unless
+    ``force``; with ``force`` only files hpcio wrote are removed (listed by the old
+    dataset's manifest and index, or by the unfinished run's marker), and a target that
+    exists and was not written by hpcio is never overwritten."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise HpcioError(f"{out}: exists and is not a directory")
     try:
@@ -120,8 +157,15 @@ def prepare_output(out, targets, force=False):
         os.unlink(probe)
     except OSError as e:
         raise write_error(out, e)
-    entries = [e for e in os.listdir(out)]
+    entries = os.listdir(out)
+    if MARKER in entries:
+        if not force:
+            raise HpcioError(f"{out}: holds the leftovers of an hpcio run that did not "
+                             f"finish (pass --force to replace them)")
+        _remove_leftovers(out)
+        entries = os.listdir(out)
     if not entries:
+        _mark(out, targets)
         return
     if is_dataset(out):
         if not force:
@@ -138,6 +182,14 @@ def prepare_output(out, targets, force=False):
         if os.path.lexists(p):
             raise HpcioError(f"{p}: exists and was not written by hpcio; move it away or "
                              f"choose another output directory")
+    _mark(out, targets)
+
+
+def _mark(out, targets):
+    try:
+        atomic_json(os.path.join(out, MARKER), {"targets": list(targets)})
+    except OSError as e:
+        raise write_error(out, e)
 
 
 # ---- progress -------------------------------------------------------------------------------
@@ -301,6 +353,7 @@ def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=
             m["quality"] = int(quality)
         m.update(keys)
         Dataset(out, m, index).save()
+        os.unlink(os.path.join(out, MARKER))  # the dataset is complete
 
     def finish_or_error():
         try:
@@ -310,6 +363,17 @@ def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=
 
     on_root(comm, finish_or_error)
     return open_dataset(out, comm, check=False)
+
+
+def _fits_in_memory(shape):
+    """Refuse a picture size whose drawing (a few float copies of one picture) cannot fit in
+    this node's memory, before allocating it: a MemoryError has no useful line."""
+    need = int(np.prod(shape)) * 16
+    avail = probes.mem_available()
+    if avail is not None and need > avail:
+        raise HpcioError(f"shape {'x'.join(map(str, shape))}: drawing one picture needs about "
+                         f"{need / 2**30:.1f} GiB, more than the {avail / 2**30:.1f} GiB of "
+                         f"memory available here", everywhere=True)
 
 
 def generate(out, preset="mnist", records=None, format="packed", encoding="raw", shards=1,
@@ -328,6 +392,7 @@ def generate(out, preset="mnist", records=None, format="packed", encoding="raw",
         if len(shape) != 3 or min(shape) < 1 or shape[2] not in (1, 3):
             raise HpcioError(f"shape must be H x W x C with C 1 or 3 (got {shape})",
                              everywhere=True)
+        _fits_in_memory(shape)
     src = Synthetic(p, seed, records, shape)
     quality = format_options.pop("quality", None) or p.quality
     return write_dataset(out, src, format, encoding, shards, force, comm, progress,

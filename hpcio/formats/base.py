@@ -11,6 +11,7 @@ import numpy as np
 from .. import __version__
 from ..data.dataset import INDEX, KIND
 from ..errors import HpcioError
+from ..fsutil import free_bytes
 
 __all__ = ["Block", "ShardResult", "Spec", "shard_stem", "write_error", "sync_tree",
            "fsync_path", "record_ranges", "index_manifest", "classes_of"]
@@ -99,7 +100,7 @@ def write_error(path, exc):
     text = str(exc)
     if code in _FULL or "No space left" in text or "ENOSPC" in text or "errno = 28" in text:
         return HpcioError(f"{path}: no space left on device (disk or quota full)")
-    free = _free_bytes(path)
+    free = free_bytes(path)
     if free is not None and free < (1 << 20) and not isinstance(exc, PermissionError):
         # LMDB reports a failed write of a full disk as EIO from mdb_txn_commit
         line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
@@ -113,17 +114,6 @@ def write_error(path, exc):
         return HpcioError(f"{path}: {exc.strerror}")
     line = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
     return HpcioError(f"{path}: {line}")
-
-
-def _free_bytes(path):
-    p = os.path.abspath(path)
-    while p and not os.path.exists(p):
-        p = os.path.dirname(p)
-    try:
-        st = os.statvfs(p)
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
 
 
 def fsync_path(path):

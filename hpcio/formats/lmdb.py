@@ -360,6 +360,8 @@ def index(path, out, **_):
         shape = [h, w, c] if h and w else []
         if enc == "raw" and shape and int(np.prod(shape)) != fl:
             dtype = "float32"  # Datum float_data / other element types
+        if enc == "raw":
+            extra["layout"] = "chw"  # a Datum's data field is plane after plane
     if enc != "raw" and not shape:
         shape = list(pictures.decode(rec, enc).shape)
     if enc == "raw" and not shape and len(set(length.tolist())) == 1:

@@ -1,1 +1,3 @@
-"""Measurement helpers: tracing and the system counters around a run."""
+"""What a run measures: per-step accounting (:mod:`.steps`), system probes (:mod:`.probes`),
+the sampler thread (:mod:`.sampler`), the run directory (:mod:`.results`) and Darshan
+tracing (:mod:`.darshan`)."""

@@ -8,8 +8,10 @@ process loads two MPI libraries. Memory-mapped reads (the naive LMDB reader) are
 to it. ``scripts/darshan-local.sh build`` builds one against mpi4py's MPI.
 """
 
+import argparse
 import hashlib
 import importlib.util
+import json
 import math
 import os
 import re
@@ -24,7 +26,8 @@ from hpcio.errors import HpcioError
 
 __all__ = ["DEFAULT_CONFIG", "config_text", "write_config", "shared_config", "check_library",
            "mpi4py_libmpi", "trace_env", "reexec_traced", "log_path", "set_logfile",
-           "find_parser", "log_summary", "log_is_partial", "info"]
+           "find_parser", "log_summary", "log_is_partial", "info", "preloaded_library",
+           "dataset_files", "incomplete"]
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "darshan.conf")
 
@@ -196,6 +199,52 @@ def reexec_traced(lib: str, config_path: str = DEFAULT_CONFIG, dxt: bool = True,
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(command[0], command, env)
+
+
+def preloaded_library(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The Darshan runtime in LD_PRELOAD (a run traced by its launcher), or None."""
+    environ = os.environ if environ is None else environ
+    for p in re.split(r"[: ]+", environ.get("LD_PRELOAD", "")):
+        if p and "darshan" in os.path.basename(p):
+            return p
+    return None
+
+
+def dataset_files(root: str) -> int:
+    """How many files an hpcio dataset's readers open (from its manifest: one per record for
+    an image folder, else its shards); 0 when the manifest cannot be read (the run itself
+    will say why)."""
+    try:
+        with open(os.path.join(root, "hpcio.json")) as f:
+            m = json.load(f)
+        if m.get("format") == "images":
+            return int(m.get("records", 0))
+        return len(m.get("shards", []))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return 0
+
+
+def incomplete(nfiles: int, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """Why a traced run's log would miss the dataset's reads, or None: no config excluding
+    Python's imports (they fill the record table first), or fewer records than files."""
+    environ = os.environ if environ is None else environ
+    config = environ.get("DARSHAN_CONFIG_PATH")
+    if not config:
+        return ("Darshan runs without DARSHAN_CONFIG_PATH: Python's imports fill its record "
+                "table before the dataset is opened (use --darshan LIB)")
+    try:
+        with open(config) as f:
+            text = f.read()
+    except OSError as e:
+        return f"DARSHAN_CONFIG_PATH={config}: {e.strerror}"
+    if not re.search(r"^NAME_EXCLUDE\s", text, re.M):
+        return (f"{config} has no NAME_EXCLUDE: Python's imports fill Darshan's record table "
+                f"before the dataset is opened")
+    m = re.search(r"^MAX_RECORDS\s+(\d+)", text, re.M)
+    if (int(m.group(1)) if m else 1024) < nfiles:
+        return (f"{config}: MAX_RECORDS {m.group(1) if m else 1024} is below the dataset's "
+                f"{nfiles} files: the log would be partial")
+    return None
 
 
 def log_path(run_dir: str, name: str = "hpcio") -> str:
@@ -375,9 +424,6 @@ def info(lib: str, environ: Optional[Mapping[str, str]] = None) -> dict:
 
 def main(argv: Optional[List[str]] = None) -> int:
     """``python -m hpcio.measure.darshan check LIB | summary LOG...``: JSON on stdout."""
-    import argparse
-    import json
-
     ap = argparse.ArgumentParser(prog="python -m hpcio.measure.darshan",
                                  description="Check a Darshan runtime library for this "
                                  "Python's mpi4py, or summarise Darshan logs.")

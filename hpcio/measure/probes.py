@@ -14,7 +14,7 @@ import time
 
 __all__ = ["block_device", "whole_disks", "data_disks", "disk_read_bytes",
            "read_ahead_kb", "cpu_jiffies", "machine_busy", "proc_io", "rusage",
-           "rss_bytes", "loadavg", "wait_quiet", "counters", "delta"]
+           "rss_bytes", "mem_available", "loadavg", "wait_quiet", "counters", "delta"]
 
 SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
 
@@ -168,6 +168,19 @@ def rss_bytes():
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def mem_available():
+    """Bytes of memory the kernel says are available for new work (``MemAvailable``), or
+    None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def loadavg():

@@ -38,11 +38,12 @@ import numpy as np
 import yaml
 
 from ..errors import HpcioError
-from ..fsutil import atomic_json, atomic_write, fs_type
+from ..fsutil import atomic_json, atomic_write, free_bytes, fs_type
 from ..mpiutil import on_root
 from .probes import read_ahead_kb
 
-__all__ = ["RunDir", "Flusher", "default_name", "capture_env", "RUN_MARKER"]
+__all__ = ["RunDir", "Flusher", "default_name", "capture_env", "results_bytes",
+           "check_space", "RUN_MARKER"]
 
 RUN_MARKER = ".hpcio-run"
 
@@ -158,6 +159,24 @@ class Flusher(threading.Thread):
         self._wake.set()
         if self.is_alive():
             self.join()
+
+
+def results_bytes(ranks, steps, fields, seconds=None, sample_interval=0.5):
+    """A generous estimate of what a run writes into its directory: per rank its step
+    arrays (``steps`` rows of ``fields`` float64 columns), its JSON (counters and the
+    sampler's samples: 256 KiB, plus 200 bytes a sample when the run's length is known),
+    and 1 MiB for the run's own files."""
+    samples = 200 * seconds / sample_interval if seconds else 0
+    return int(ranks * (steps * fields * 8 + (256 << 10) + samples) + (1 << 20))
+
+
+def check_space(path, nbytes, what):
+    """Refuse, before a run, to start one whose results cannot be written: a full disk at
+    the end would lose everything it measured."""
+    free = free_bytes(path)
+    if free is not None and free < nbytes:
+        raise HpcioError(f"{what} {path}: {free:,} bytes free, the run needs about "
+                         f"{nbytes:,} (disk or quota full)")
 
 
 _DISTS = {"PIL": "pillow", "yaml": "pyyaml", "pynvml": "nvidia-ml-py"}

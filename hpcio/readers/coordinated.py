@@ -67,11 +67,12 @@ import numpy as np
 
 from ..errors import HpcioError
 from ..fsutil import aligned_empty
+from ..mpicompat import check_romio
 from ..mpiutil import node_comm
 from .assemble import copy_records, layout
 from .base import Batch, BufferRing, Reader, faults, register
 from .hints import file_hints, mpi_info
-from .jobs import plan_reads
+from .reads import plan_reads
 from .nodeshare import NodeShare
 
 __all__ = ["CoordinatedReader", "MECHANISMS", "MAX_MPI_FILES"]
@@ -110,6 +111,7 @@ class CoordinatedReader(Reader):
                  **options):
         super().__init__(dataset, comm, **options)
         MPI = _mpi()
+        check_romio(MPI)
         if mechanism not in MECHANISMS:
             raise HpcioError(f"unknown prefetch mechanism {mechanism!r} (choose from "
                              f"{', '.join(MECHANISMS)})", everywhere=True)
@@ -435,7 +437,7 @@ class CoordinatedReader(Reader):
 
     def _read_mpi(self, r, files, buf, nonblocking):
         """Per file (every file some rank needs, when collective): one read through a
-        file view over this rank's pieces (:func:`hpcio.readers.jobs.plan_reads`), into
+        file view over this rank's pieces (:func:`hpcio.readers.reads.plan_reads`), into
         place through an hindexed memory type, or into a staging buffer and then copied
         into place with one numpy gather."""
         MPI = _mpi()

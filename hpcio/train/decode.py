@@ -28,12 +28,21 @@ def sample_shape(shape):
     return h, w, c
 
 
-def raw_view(data, offsets, shape):
+#: byte order of a raw record: ``hwc`` (pixel after pixel, as hpcio writes) or ``chw``
+#: (plane after plane: Caffe's Datum ``data`` field)
+LAYOUTS = ("hwc", "chw")
+
+
+def raw_view(data, offsets, shape, layout="hwc"):
     """(N, H, W, C) uint8 view of a batch of raw records, without a per-record step.
 
     The records must be back to back and each ``H*W*C`` bytes long (checked vectorised);
-    anything else is bad data and raises :class:`HpcioError`.
+    anything else is bad data and raises :class:`HpcioError`. Channel-major (``chw``)
+    records are viewed through a transpose, not copied.
     """
+    if layout not in LAYOUTS:
+        raise HpcioError(f"unknown raw layout {layout!r} (choose from "
+                         f"{', '.join(LAYOUTS)})", everywhere=True)
     h, w, c = sample_shape(shape)
     per = h * w * c
     offsets = np.asarray(offsets)
@@ -44,7 +53,10 @@ def raw_view(data, offsets, shape):
         raise HpcioError(f"raw record {k} of the batch has {int(lengths[k])} bytes, the "
                          f"sample shape {[h, w, c]} needs {per}")
     lo = int(offsets[0]) if len(offsets) else 0
-    return np.asarray(data)[lo:lo + n * per].reshape(n, h, w, c)
+    flat = np.asarray(data)[lo:lo + n * per]
+    if layout == "chw":
+        return flat.reshape(n, c, h, w).transpose(0, 2, 3, 1)
+    return flat.reshape(n, h, w, c)
 
 
 def _open(buf, record):
@@ -90,11 +102,11 @@ def decode_images(data, offsets, lo, hi, out, ids=None, other=None):
     return odd
 
 
-def _decode_raw(batch, shape):
-    return raw_view(batch.data, batch.offsets, shape).copy()
+def _decode_raw(batch, shape, layout="hwc"):
+    return np.ascontiguousarray(raw_view(batch.data, batch.offsets, shape, layout))
 
 
-def _decode_image(batch, shape):
+def _decode_image(batch, shape, layout="hwc"):
     out = np.empty((len(batch),) + tuple(shape), dtype=np.uint8)
     decode_images(batch.data, batch.offsets, 0, len(batch), out, ids=batch.ids)
     return out
@@ -112,4 +124,4 @@ def decode_records(batch, manifest):
     except KeyError:
         raise HpcioError(f"unknown encoding {enc!r} (choose from {', '.join(DECODERS)})",
                          everywhere=True)
-    return dec(batch, sample_shape(manifest.get("shape")))
+    return dec(batch, sample_shape(manifest.get("shape")), manifest.get("layout", "hwc"))

@@ -263,6 +263,7 @@ class Pipeline:
                              everywhere=True)
         self.encoding = enc
         self.src_shape = sample_shape(manifest.get("shape"))  # (H, W, C)
+        self.layout = manifest.get("layout", "hwc")  # of raw records
         try:
             c, h, w = (int(v) for v in input_shape)
         except (TypeError, ValueError):
@@ -369,7 +370,7 @@ class Pipeline:
         c, h, w = self.input_shape
         h0, w0, c0 = self.src_shape
         if self.encoding == "raw":
-            u8, odd = raw_view(data, offsets[lo:hi + 1], self.src_shape), {}
+            u8, odd = raw_view(data, offsets[lo:hi + 1], self.src_shape, self.layout), {}
         else:  # decode at the stored size, in the smaller of the two channel counts
             u8 = np.empty((hi - lo, h0, w0, min(c0, c)), dtype=np.uint8)
             odd = decode_images(data, offsets, lo, hi, u8, ids=ids, other=(h, w))

@@ -32,11 +32,12 @@ from tqdm import tqdm
 from ..analysis.summary import format_table, summarize
 from ..cache import cache_state
 from ..data.dataset import open_dataset
-from ..errors import HpcioError
+from ..errors import HpcioError, report_to
 from ..measure.probes import counters, delta
-from ..measure.results import Flusher, RunDir, capture_env, default_name
+from ..measure.results import (Flusher, RunDir, capture_env, check_space, default_name,
+                               results_bytes)
 from ..measure.sampler import Sampler
-from ..measure.steps import StepLog, rank_summary
+from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
 from ..mpiutil import on_root
 from ..plan import make_plan
 from ..readers import make_reader
@@ -120,8 +121,14 @@ def _fault():
 def _input_shape(args, ds, spec):
     if spec.input_shape is not None:
         return tuple(spec.input_shape)
-    h, w, c = ds.shape
-    return (c, h, w)
+    if len(ds.shape) == 3:
+        h, w, c = ds.shape
+        return (c, h, w)
+    if args.preprocess == "off":  # bytes only: any record shape will do
+        return tuple(ds.shape)
+    raise HpcioError(f"{ds.root}: records of shape {list(ds.shape)} are not pictures "
+                     f"(H x W x C); preprocessing needs pictures (--preprocess off reads "
+                     f"bytes only)", everywhere=True)
 
 
 def _build_model(args, ds, world):
@@ -136,6 +143,20 @@ def _build_model(args, ds, world):
         raise HpcioError(f"{ds.root}: manifest has an invalid class count {classes!r}",
                          everywhere=True)
     return make_model(args.model, num_classes=classes)
+
+
+def _check_space(args, world, model, out, steps_per_epoch):
+    """Rank 0, before anything is written: room for the results and the checkpoints."""
+    steps = args.epochs * steps_per_epoch
+    need = results_bytes(world.size, steps, len(STEP_FIELDS) + 1)
+    ckpt = 0
+    if args.checkpoint_every:  # model and optimiser state (momentum: as large again)
+        state = sum(p.numel() * p.element_size() for p in model.parameters())
+        ckpt = steps // args.checkpoint_every * (2 * state + (64 << 10))
+    if args.checkpoint_dir:
+        check_space(args.checkpoint_dir, ckpt, "--checkpoint-dir")
+        ckpt = 0
+    check_space(out, need + ckpt, "--out")
 
 
 def _progress(args, world, total):
@@ -233,11 +254,15 @@ def setup(args):
     else:
         pipe = ReadOnly(args.prefetch)
     wd.mark("the run directory's claim (a collective)")
+    out_path = args.out or os.path.join("runs", default_name(args.reader, args.model,
+                                                           world.size))
     ckpt_dir = os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None
     if args.checkpoint_every and ckpt_dir:  # a refusal leaves nothing made
         on_root(world.comm, lambda: check_checkpoint_dir(ckpt_dir))
-    out = RunDir.create(args.out or os.path.join(
-        "runs", default_name(args.reader, args.model, world.size)), world.comm)
+    on_root(world.comm, lambda: _check_space(args, world, model, out_path,
+                                             steps_per_epoch))
+    out = RunDir.create(out_path, world.comm)
+    report_to(out.path)  # tracebacks of unexpected errors go into the run directory
     ckpt_dir = ckpt_dir or os.path.join(out.path, "checkpoints")
     if args.checkpoint_every:
         on_root(world.comm, lambda: claim_checkpoint_dir(ckpt_dir))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hpcio.readers.assemble import copy_records, layout
-from hpcio.readers.jobs import plan_reads
+from hpcio.readers.reads import plan_reads
 
 
 def execute(jobs, staged, files, nbytes):

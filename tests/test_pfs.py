@@ -1,0 +1,180 @@
+"""scripts/pfs-local.sh: a real GlusterFS volume (glusterd and 2 bricks in a network namespace,
+FUSE-mounted), with per-request delay, for hpcio's runs against network storage.
+
+Needs root and Debian's glusterfs packages (the script installs them; the test skips when it
+cannot). It brings a testbed up and down (~30 s): it runs in its own CI lane (.ci/lane-pfs);
+``make test`` deselects it (``-m "not lane"``).
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.lane]  # daemons, a mount, ~30 s
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                      "pfs-local.sh")
+STATE = "/run/hpcio-pfs"
+NETNS = "hpcio-pfs"
+DELAY_US = 500
+SMALL = 120                     # small files timed cold, with and without the delay
+
+
+def pfs(*args, user=None, timeout=180):
+    cmd = [SCRIPT, *map(str, args)]
+    if user:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] + cmd
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def namespace_up():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return any(line.split()[0] == NETNS for line in out.splitlines() if line.strip())
+
+
+def mounted(path):
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == path for line in f)
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"   # a zombie has ended
+    except FileNotFoundError:
+        return False
+
+
+def state():
+    with open(os.path.join(STATE, "state")) as f:
+        return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+
+
+def one_error_line(p):
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode != 0 and len(lines) == 1, p.stderr
+    return lines[0]
+
+
+def cold_small_reads(d, n):
+    """Seconds a fresh process takes to open and read n small files after drop_caches."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+    code = ("import os, sys, time\n"
+            "t = time.perf_counter()\n"
+            f"for i in range({n}):\n"
+            f"    with open(os.path.join({d!r}, f's{{i:04d}}'), 'rb') as f: f.read()\n"
+            "print(time.perf_counter() - t)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    return float(p.stdout)
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespace, FUSE mount)")
+    if os.path.exists(STATE) or namespace_up():
+        pytest.skip(f"a testbed is already up here ({STATE}); not touching it")
+    tmp = tmp_path_factory.mktemp("pfs")
+    mnt, data = str(tmp / "mnt"), str(tmp / "data")
+    p = pfs("start", "--delay-us", DELAY_US, "--mount", mnt, "--data", data)
+    if p.returncode and ("cannot install" in p.stderr or "/dev/fuse" in p.stderr):
+        pytest.skip(p.stderr.strip())
+    assert p.returncode == 0, p.stderr
+    yield {"mount": mnt, "data": data, "tmp": tmp, **state()}
+    pfs("stop", "--wipe")       # when a test failed before test_stop_leaves_nothing
+
+
+def test_status_reports_every_component_up(testbed):
+    p = pfs("status")
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["namespace", "glusterd", "volume", "mount",
+                                                 "delay"]
+    assert f"{DELAY_US} us per request" in lines[4]
+    assert "2/2 bricks online" in lines[2]
+    assert mounted(testbed["mount"])
+
+
+def test_files_written_through_the_mount_read_back_and_spread_over_both_bricks(testbed):
+    mnt, data = testbed["mount"], testbed["data"]
+    blobs = {f"f{i:02d}": os.urandom(256 * 1024 + i) for i in range(16)}
+    for name, blob in blobs.items():
+        with open(os.path.join(mnt, name), "wb") as f:
+            f.write(blob)
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+    for name, blob in blobs.items():
+        with open(os.path.join(mnt, name), "rb") as f:
+            assert f.read() == blob
+    on = [sum(os.path.exists(os.path.join(data, b, n)) for n in blobs)
+          for b in ("brick0", "brick1")]
+    assert sum(on) == len(blobs) and min(on) > 0, on    # distributed, one copy each
+
+
+def test_delay_is_real(testbed):
+    d = os.path.join(testbed["mount"], "small")
+    os.mkdir(d)
+    for i in range(SMALL):
+        with open(os.path.join(d, f"s{i:04d}"), "wb") as f:
+            f.write(os.urandom(4096))
+    # other work on the machine only adds time: the least of a few runs is the truest
+    slow = min(cold_small_reads(d, SMALL) for _ in range(2)) / SMALL
+    p = pfs("delay", 0)
+    assert p.returncode == 0, p.stderr
+    fast = min(cold_small_reads(d, SMALL) for _ in range(3)) / SMALL
+    assert pfs("delay", DELAY_US).returncode == 0
+    # a cold open+read is a LOOKUP, an OPEN, a READ and a FLUSH at a brick, one after the
+    # other, each delayed: at least 3 delays per file, and at least half of that added
+    delay = DELAY_US * 1e-6
+    assert slow >= 3 * delay, (slow, fast)
+    assert slow - fast >= 1.5 * delay, (slow, fast)
+
+
+def test_start_refused_while_up(testbed):
+    other = testbed["tmp"] / "other"
+    p = pfs("start", "--mount", other, "--data", testbed["tmp"] / "other-data")
+    assert "already up" in one_error_line(p)
+    assert not other.exists()
+    assert pfs("status").returncode == 0
+
+
+def test_not_root_refused(testbed):
+    p = pfs("start", "--mount", testbed["tmp"] / "x", user=65534)
+    assert "needs root" in one_error_line(p)
+
+
+def test_stop_leaves_nothing(testbed):
+    pids = [testbed["GLUSTERD"], testbed["CLIENT"]]
+    bricks = subprocess.run(["ip", "netns", "pids", NETNS], capture_output=True,
+                            text=True).stdout.split()
+    assert len(bricks) >= 3                     # glusterd and two bricks
+    p = pfs("stop", "--wipe")
+    assert p.returncode == 0, p.stderr
+    assert not mounted(testbed["mount"])
+    assert not os.path.exists(testbed["mount"])   # start made it, stop removed it
+    assert not [pid for pid in pids + bricks if alive(int(pid))]
+    assert not namespace_up()
+    assert subprocess.run(["ip", "link", "show", "hpfs0"], capture_output=True).returncode
+    assert not os.path.exists(STATE)
+    assert not os.path.exists(testbed["data"])
+    assert pfs("status").returncode == 3
+
+
+def test_non_empty_mount_point_refused_and_nothing_started(testbed):
+    mnt = testbed["tmp"] / "busy"
+    mnt.mkdir()
+    (mnt / "keep").write_text("mine")
+    t = time.monotonic()
+    p = pfs("start", "--mount", mnt, "--data", testbed["tmp"] / "d2")
+    assert "not empty" in one_error_line(p)
+    assert time.monotonic() - t < 30
+    assert (mnt / "keep").read_text() == "mine"
+    assert not os.path.exists(STATE) and not namespace_up() and not mounted(str(mnt))
