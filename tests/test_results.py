@@ -2,6 +2,7 @@
 directories, results flushed while a run trains, ``python -m hpcio.results summarize``."""
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -20,7 +21,7 @@ from common.mpi import run_mpi, run_py
 from common.procs import Job
 from hpcio.errors import HpcioError
 from hpcio.fsutil import atomic_write
-from hpcio.measure.results import RUN_MARKER, RunDir
+from hpcio.measure.results import RUN_MARKER, Flusher, RunDir
 from hpcio.train.checkpoint import CHECKPOINT, MARKER, claim_checkpoint_dir
 
 TRAIN = ["-m", "hpcio.train"]
@@ -123,6 +124,36 @@ def test_checkpoint_directory_claim(tmp_path):
     (new / CHECKPOINT).write_bytes(b"hpcio's")
     claim_checkpoint_dir(str(new))  # hpcio's own: used again
     assert sorted(os.listdir(new)) == sorted([MARKER, CHECKPOINT])
+
+
+def _until(cond, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_flusher_kicks_retries_and_stops(capsys):
+    calls = []
+
+    def write():
+        calls.append(time.monotonic())
+        if len(calls) <= 2:
+            raise OSError(errno.ENOSPC, "No space left on device", "/r/rank-0.npz")
+    f = Flusher(write, 1000.0, label="hpcio.train: rank 0")
+    f.start()
+    for n in (1, 2, 3):  # an epoch's end flushes at once, not after the interval
+        f.kick()
+        _until(lambda: len(calls) >= n)
+    f.stop()
+    assert not f.is_alive() and len(calls) == 3
+    assert capsys.readouterr().err == (
+        "hpcio.train: rank 0: flushing results failed: /r/rank-0.npz: No space left on "
+        "device (disk or quota full) (OSError); retrying every 1000 s\n")  # said once
+    f = Flusher(lambda: calls.append(0), 0.05)
+    f.start()
+    _until(lambda: len(calls) >= 6)  # and every interval without kicks
+    f.stop()
 
 
 # ---- real jobs -------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 import yaml
 
-from ..errors import HpcioError
+from ..errors import HpcioError, describe
 from ..fsutil import atomic_json, atomic_write, free_bytes, fs_type
 from ..mpiutil import on_root
 from .probes import read_ahead_kb
@@ -123,9 +123,9 @@ class Flusher(threading.Thread):
     is said once on stderr and the next flush tries again; the end-of-run write raises it
     properly."""
 
-    def __init__(self, write, interval, name="results"):
+    def __init__(self, write, interval, label="hpcio"):
         super().__init__(name="hpcio-flusher", daemon=True)
-        self.write, self.interval, self.what = write, float(interval), name
+        self.write, self.interval, self.label = write, float(interval), label
         self._wake = threading.Event()
         self._halt = threading.Event()
         self.failed = None
@@ -146,8 +146,8 @@ class Flusher(threading.Thread):
             self.write()
         except Exception as e:  # a flush must not end training; the final write will
             if self.failed is None:
-                print(f"hpcio: flushing {self.what} failed: {e} (retrying every "
-                      f"{self.interval:g} s)", file=sys.stderr, flush=True)
+                print(f"{self.label}: flushing results failed: {describe(e)}; retrying "
+                      f"every {self.interval:g} s", file=sys.stderr, flush=True)
             self.failed = e
 
     def kick(self):

@@ -324,7 +324,7 @@ def train(run):
                 Sampler(args.sample_interval, run.ds.root, run.device, origin=origin),
                 StopFlag(), origin_unix=origin_unix)
     t.flusher = Flusher(lambda: _flush(run, t), args.flush_interval,
-                        name=f"rank-{world.rank} results")
+                        label=f"hpcio.train: rank {world.rank}")
     t.sampler.start()
     t.flusher.start()
     vote = StopVote(world.comm)
