@@ -10,7 +10,8 @@
 * ``asis``: nothing is done (the cache is whatever it is; the resident fraction says).
 
 :func:`resident_fraction` measures with ``mincore`` how much of the files is in the page
-cache, so a test or a benchmark can show that cold was cold and warm was warm.
+cache, so a test or a benchmark can show that cold was cold and warm was warm;
+:func:`resident_bytes` gives it in bytes (what a reader's epoch brought into the cache).
 """
 
 import ctypes
@@ -27,7 +28,7 @@ from .fsutil import evict as evict_file
 from .mpiutil import node_comm, on_root
 
 __all__ = ["CACHE_MODES", "cache_state", "evict", "warm", "resident_fraction",
-           "drop_caches", "read_file"]
+           "resident_bytes", "drop_caches", "read_file"]
 
 PIECE = 8 << 20
 
@@ -158,14 +159,15 @@ def _lib():
     return _libc
 
 
-def _resident_pages(path):
-    """(resident pages, pages) of one file, by ``mincore`` on a fresh read-only mapping
-    (mapping faults nothing in; the answer is the page cache's, shared by all processes)."""
+def _residency(path):
+    """(resident bytes, bytes, resident pages, pages) of one file, by ``mincore`` on a
+    fresh read-only mapping (mapping faults nothing in; the answer is the page cache's,
+    shared by all processes). A resident last page counts for the file's bytes in it."""
     size = os.path.getsize(path)
     page = mmap.PAGESIZE
     pages = -(-size // page)
     if not pages:
-        return 0, 0
+        return 0, 0, 0, 0
     lib = _lib()
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -178,19 +180,33 @@ def _resident_pages(path):
             if lib.mincore(addr, size, vec) != 0:
                 e = ctypes.get_errno()
                 raise OSError(e, os.strerror(e), path)
-            resident = int(np.count_nonzero(np.frombuffer(vec, dtype=np.uint8) & 1))
+            bits = np.frombuffer(vec, dtype=np.uint8) & 1
         finally:
             lib.munmap(addr, size)
     finally:
         os.close(fd)
-    return resident, pages
+    resident = int(np.count_nonzero(bits))
+    nbytes = resident * page - (page * pages - size if bits[-1] else 0)
+    return nbytes, size, resident, pages
 
 
 def resident_fraction(paths):
     """Fraction (0..1) of the pages of ``paths`` that are in the page cache now."""
     res = tot = 0
     for p in paths:
-        r, t = _resident_pages(p)
+        _, _, r, t = _residency(p)
         res += r
         tot += t
     return res / tot if tot else 1.0
+
+
+def resident_bytes(paths):
+    """Bytes of ``paths`` in the page cache now (node-wide: every process's reads count,
+    and pages a process has mapped stay); a missing file is an error."""
+    total = 0
+    for p in paths:
+        try:
+            total += _residency(p)[0]
+        except FileNotFoundError:
+            raise HpcioError(f"{p}: shard file missing")
+    return total

@@ -118,6 +118,10 @@ def guard(main, prog="hpcio"):
     except HpcioError as e:
         rank, size, comm = _world()
         if rank == 0 or not e.everywhere:
+            if rank > 0:
+                # ranks often meet the same failure together (a shard that changed):
+                # rank 0 speaks and aborts first, so the job prints one line
+                time.sleep(1.0)
             where = f" (rank {rank})" if size > 1 and not e.everywhere else ""
             print(f"{prog}: error{where}: {e}", file=sys.stderr, flush=True)
         elif size > 1:

@@ -216,6 +216,7 @@ class Native:
             self.files.append(f)
             self.dsets.append(f[self.names[0]])
             self.offs.append(f[self.names[1]][:] if self.names[1] else None)
+        self.opens = len(self.files)  # files opened so far (ReaderStats.opens)
 
     def get(self, i):
         s = int(np.searchsorted(self.starts, i, side="right")) - 1

@@ -22,6 +22,7 @@ __all__ = ["NAME", "Writer", "Native", "open_native", "targets", "manifest_keys"
            "list_tree", "record_path", "FolderSource", "read_image_file", "index"]
 
 NAME = "images"
+FILE_PER_RECORD = True  # readers check each file as they open it (hpcio.readers.base)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".raw")
 
 
@@ -114,10 +115,18 @@ class Native:
             raise HpcioError(f"{ds.root}: listed {listed} image files, the index has "
                              f"{ds.records} records")
         self.listed = listed
+        self.opens = 0  # files opened so far (ReaderStats.opens)
 
     def get(self, i):
-        with open(self.ds.path(self.ds.index.file[i]), "rb") as f:
-            return f.read()
+        self.opens += 1
+        p = self.ds.path(self.ds.index.file[i])
+        try:
+            with open(p, "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise HpcioError(f"{p}: record file missing")
+        except OSError as e:
+            raise HpcioError(f"{p}: {e.strerror}")
 
     def close(self):
         pass

@@ -26,6 +26,7 @@ __all__ = ["NAME", "KEY", "Writer", "Native", "open_native", "targets", "manifes
            "value_offsets", "mapping_start", "parse_datum", "open_env", "index_env", "index"]
 
 NAME = "lmdb"
+MAPPED = True  # the native reader maps data.mdb: readers check a file before touching it
 KEY = "%08d"
 _GROW = 1 << 30
 
@@ -305,6 +306,7 @@ class Native:
             env = lmdb.open(p, subdir=os.path.isdir(p), readonly=True, lock=False)
             self.envs.append(env)
             self.txns.append(env.begin())
+        self.opens = len(self.envs)  # data.mdb files opened (ReaderStats.opens)
 
     def get(self, i):
         s = int(np.searchsorted(self.starts, i, side="right")) - 1 if len(self.txns) > 1 else 0

@@ -72,6 +72,7 @@ class Native:
     def __init__(self, ds):
         self.ds = ds
         self.fds = [os.open(p, os.O_RDONLY) for p in ds.paths]
+        self.opens = len(self.fds)  # files opened so far (ReaderStats.opens)
 
     def get(self, i):
         idx = self.ds.index

@@ -6,26 +6,49 @@
 import inspect
 
 from ..errors import HpcioError
-from .base import READERS, Batch, Reader, ReaderStats, faults, register
+from .base import (READERS, Auto, Batch, Reader, ReaderStats, convert_option, faults,
+                   register)
 from . import coordinated, memory, naive  # noqa: F401  (register the readers)
 
-__all__ = ["READERS", "Batch", "Reader", "ReaderStats", "faults", "register", "make_reader"]
+__all__ = ["READERS", "Batch", "Reader", "ReaderStats", "faults", "register", "make_reader",
+           "check_options", "option_types"]
 
 
-# options a run may pass to whichever reader it picks; a reader without them ignores them
-COMMON_OPTIONS = {"hints", "prefetch", "collective"}
+# options a run may pass to whichever reader it picks (a reader without them ignores
+# them), with their types
+COMMON_OPTIONS = {"hints": dict, "prefetch": int, "collective": Auto}
+
+
+def option_types(cls):
+    """Every option reader ``cls`` takes: its annotation, else the type of its default."""
+    out = dict(COMMON_OPTIONS)
+    for k, p in inspect.signature(cls.__init__).parameters.items():
+        if p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty:
+            out[k] = p.annotation if p.annotation is not p.empty else type(p.default)
+    return out
+
+
+def _reader(name):
+    try:
+        return READERS[name]
+    except KeyError:
+        raise HpcioError(f"unknown reader {name!r} (choose from {', '.join(sorted(READERS))})",
+                         everywhere=True)
+
+
+def check_options(name, options):
+    """``options`` for reader ``name``, checked and converted: an unknown one, or one
+    given as text (``--reader-option KEY=VALUE``) that its type does not take, is one
+    line naming it. Cheap and local: run it before any work."""
+    types = option_types(_reader(name))
+    bad = sorted(set(options) - set(types))
+    if bad:
+        raise HpcioError(f"reader {name!r} has no option {', '.join(bad)}", everywhere=True)
+    return {k: convert_option(k, v, types[k]) for k, v in options.items()}
 
 
 def make_reader(name, dataset, comm=None, **options):
     """The reader registered as ``name`` for ``dataset`` (collective over ``comm`` for
-    readers that use MPI: call it on every rank)."""
-    try:
-        cls = READERS[name]
-    except KeyError:
-        raise HpcioError(f"unknown reader {name!r} (choose from {', '.join(sorted(READERS))})",
-                         everywhere=True)
-    known = set(inspect.signature(cls.__init__).parameters) | COMMON_OPTIONS
-    bad = sorted(set(options) - known)
-    if bad:
-        raise HpcioError(f"reader {name!r} has no option {', '.join(bad)}", everywhere=True)
-    return cls(dataset, comm, **options)
+    readers that use MPI: call it on every rank), its options as :func:`check_options`
+    makes them."""
+    return _reader(name)(dataset, comm, **check_options(name, options))

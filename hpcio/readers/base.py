@@ -1,13 +1,30 @@
-"""The reader protocol: for an epoch's plan, yield this rank's batches in plan order."""
+"""The reader protocol: for an epoch's plan, yield this rank's batches in plan order.
 
+And what every reader shares: its counters (:class:`ReaderStats`), the check that the
+bytes read are the bytes the index describes (:class:`FileCheck`), the read meter of the
+reading thread (:class:`ThreadIO`) and the types of reader options (:func:`convert_option`).
+"""
+
+import os
 import resource
+import threading
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from ..cache import resident_bytes
+from ..errors import HpcioError
+from ..formats import FORMATS
 from ..fsutil import aligned_empty
+from ..mpiutil import node_comm
 
-__all__ = ["Batch", "ReaderStats", "Reader", "BufferRing", "READERS", "register", "faults"]
+__all__ = ["Batch", "ReaderStats", "Reader", "BufferRing", "READERS", "register", "faults",
+           "FileCheck", "size_error", "files_are_records", "ThreadIO", "Auto", "convert_option",
+           "MAX_CACHE_FILES"]
+
+# page-cache residency is measured per epoch for datasets of at most this many files
+# (mincore maps every file: a folder of a million images would take seconds)
+MAX_CACHE_FILES = 4096
 
 
 @dataclass
@@ -41,21 +58,40 @@ class Batch:
 class ReaderStats:
     """What a reader did on this rank. Definitions:
 
-    bytes      record bytes delivered (requested by the plan)
-    read_bytes bytes the reader asked the OS / MPI-IO / library for (>= bytes when a
-               reader reads whole ranges or pages; 0 where unknown, e.g. mmap)
-    calls      read calls issued (MPI-IO reads, os.pread, library gets, file opens+reads)
-    io_s       seconds spent inside those calls (on any thread of the reader)
+    bytes      record bytes delivered (what the plan asked for)
+    read_bytes bytes the reader's reads brought in. MPI-IO and ``os.preadv`` readers
+               (coordinated, memory): the bytes they asked for, holes read through
+               included. Library readers (naive): the reading thread's ``rchar``
+               (``/proc/self/task/<tid>/io``) around each batch's reads, so whatever the
+               library reads counts (HDF5's sieve buffer for small records). 0 for
+               memory-mapped reads (naive LMDB): see ``cache_gained_bytes`` and the faults
+    calls      read calls: one per read system call (``read``/``pread``/``preadv``;
+               library readers: the reading thread's ``syscr`` around each batch's
+               reads) or MPI-IO read call (``MPI_File_read_at[_all]`` and its
+               nonblocking forms); 0 for memory-mapped reads
+    opens      files opened (``open``, ``MPI_File_open``, a library's open of a file),
+               on set-up and during epochs; not in ``calls``
+    records, batches  records and batches delivered
+    io_s       seconds spent inside the reads (on any thread of the reader)
     wait_s     seconds the consumer was blocked waiting for a batch
     load_s     seconds spent loading data before the first batch (the memory reader's
                up-front read of the whole dataset; 0 for streaming readers)
     minflt/majflt  page faults during the epoch (getrusage, whole process): memory-mapped
-               reads show up only here, not in Darshan nor /proc/self/io
+               reads show up here, not in Darshan nor /proc/self/io (a poor proxy: one
+               fault may bring in many pages of read-ahead)
+    cache_gained_bytes  bytes of the dataset's files that came into the page cache during
+               the epochs the trainer ran (mincore before and after each, see
+               :meth:`Reader.mark_cache`): the I/O of memory-mapped reads. Node-wide:
+               every process's reads of those files count, evictions count against.
+               Measured on the first rank of each node only (0 on the others, so a sum
+               over ranks is a sum over nodes), for datasets of at most
+               ``MAX_CACHE_FILES`` files (``extra["cache_measured"]`` says)
     """
 
     bytes: int = 0
     read_bytes: int = 0
     calls: int = 0
+    opens: int = 0
     records: int = 0
     batches: int = 0
     io_s: float = 0.0
@@ -63,6 +99,7 @@ class ReaderStats:
     load_s: float = 0.0
     minflt: int = 0
     majflt: int = 0
+    cache_gained_bytes: int = 0
     extra: dict = field(default_factory=dict)
 
     def reset(self):
@@ -81,6 +118,143 @@ def faults():
     """(minor, major) page faults of this process so far."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_minflt, r.ru_majflt
+
+
+class ThreadIO:
+    """Bytes and read system calls of the calling thread (``rchar``, ``syscr`` of
+    ``/proc/self/task/<tid>/io``): what a library read for us, whatever it does inside,
+    and not the pipeline's or the sampler's reads. The file of the last thread that asked
+    stays open (one ``pread`` per reading). ``read()`` returns ``(rchar, syscr, n)``,
+    ``n`` the size of the text just read, since that read counts in the next reading
+    (take off ``n`` and 1); None where the kernel keeps no task I/O accounting."""
+
+    def __init__(self):
+        self.tid, self.fd = None, None
+
+    def read(self):
+        tid = threading.get_native_id()
+        try:
+            if tid != self.tid:
+                self.close()
+                self.fd, self.tid = os.open(f"/proc/self/task/{tid}/io", os.O_RDONLY), tid
+            text = os.pread(self.fd, 4096, 0)
+            a, b = text.index(b"rchar:") + 6, text.index(b"syscr:") + 6
+            return int(text[a:text.index(b"\n", a)]), int(text[b:text.index(b"\n", b)]), \
+                len(text)
+        except (OSError, ValueError):
+            self.close()
+            return None
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+        self.tid, self.fd = None, None
+
+
+def files_are_records(ds):
+    """True when every record is a file of its own (image folders): such files are
+    checked by their readers on the file opened, never listed or stat-ed up front."""
+    fmt = FORMATS.get(ds.format)
+    return bool(getattr(fmt, "FILE_PER_RECORD", False))
+
+
+def size_error(path, size, want, when):
+    """The one line for a file of ``size`` bytes where the index says ``want``."""
+    how = "shrank" if size < want else "grew"
+    return HpcioError(f"{path}: {size} bytes, expected {want}: the file {how} {when}")
+
+
+class FileCheck:
+    """Bytes read are bytes delivered: every file of the dataset as the reader found it
+    on open (device, inode, modification time; its size must be the index's), and a
+    check that it still is: one ``os.stat`` per file and request, never per record.
+
+    Check *after* a read: ROMIO reports the full count for a read that ran past the end
+    of a file that shrank, HDF5 fills such a read with zeros, ``pread`` just returns
+    less. Check *before* touching a memory map: a page past the end of a mapped file
+    kills the process with SIGBUS, which Python cannot turn into a line. Each failure is
+    one line naming the file, the expected and the actual size.
+    """
+
+    def __init__(self, ds):
+        self.paths = ds.paths
+        self.sizes = ds.index.file_bytes
+        self.seen = [self._stat(j, "since the dataset was indexed")
+                     for j in range(len(self.paths))]
+
+    def _stat(self, j, when):
+        p, want = self.paths[j], int(self.sizes[j])
+        try:
+            st = os.stat(p)
+        except FileNotFoundError:
+            raise HpcioError(f"{p}: vanished {when} (expected {want} bytes)")
+        except OSError as e:
+            raise HpcioError(f"{p}: {e.strerror} (expected {want} bytes)")
+        if st.st_size != want:
+            raise size_error(p, st.st_size, want, when)
+        return st
+
+    def check(self, files):
+        """Raise :class:`HpcioError` unless every file number in ``files`` is as on open."""
+        for j in files:
+            st = self._stat(j, "during the run")
+            was = self.seen[j]
+            if (st.st_dev, st.st_ino) != (was.st_dev, was.st_ino):
+                raise HpcioError(f"{self.paths[j]}: replaced by another file during the run "
+                                 f"({st.st_size} bytes, expected {int(self.sizes[j])})")
+            if st.st_mtime_ns != was.st_mtime_ns:
+                raise HpcioError(f"{self.paths[j]}: modified during the run ({st.st_size} "
+                                 f"bytes, expected {int(self.sizes[j])}; its modification "
+                                 f"time changed)")
+
+    def check_all(self):
+        self.check(range(len(self.paths)))
+
+
+# ---- reader options: strings from the command line, converted by the option's type ---------
+class Auto:
+    """Annotation of a reader option that is true, false or ``"auto"``."""
+
+
+def _flag(v):
+    low = v.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(v)
+
+
+def _auto(v):
+    return "auto" if v.lower() == "auto" else _flag(v)
+
+
+def _mapping(v):
+    raise ValueError(v)
+
+
+# an option's type (its annotation, else the type of its default) -> (converter, what)
+OPTION_TYPES = {int: (int, "an integer"), float: (float, "a number"),
+                bool: (_flag, "true or false"), Auto: (_auto, "true, false or auto"),
+                dict: (_mapping, "a mapping (MPI-IO hints are given with --hint KEY=VALUE)")}
+
+
+def convert_option(name, value, kind):
+    """``value`` of reader option ``name`` as its type ``kind`` wants it: text (from the
+    command line) is converted, a bad one is one line naming the option and the value;
+    other values are taken as they are. A tuple ``kind`` lists the values allowed."""
+    if isinstance(kind, tuple):
+        if value not in kind:
+            raise HpcioError(f"reader option {name}={value!r} is not one of "
+                             f"{', '.join(map(str, kind))}", everywhere=True)
+        return value
+    if not isinstance(value, str) or kind not in OPTION_TYPES:
+        return value
+    conv, what = OPTION_TYPES[kind]
+    try:
+        return conv(value.strip())
+    except ValueError:
+        raise HpcioError(f"reader option {name}={value!r} is not {what}", everywhere=True)
 
 
 class BufferRing:
@@ -122,9 +296,27 @@ class Reader:
         self.comm = comm
         self.options = options
         self.stats = ReaderStats()
+        node = node_comm(comm) if comm is not None and comm.Get_size() > 1 else None
+        first = node is None or node.Get_rank() == 0
+        if node is not None:
+            node.Free()
+        self._cache_here = first and len(dataset.index.files) <= MAX_CACHE_FILES
+        self._cache0 = None
+        self.stats.extra["cache_measured"] = len(dataset.index.files) <= MAX_CACHE_FILES
 
     def epoch(self, plan):
         raise NotImplementedError
+
+    def mark_cache(self, end=False):
+        """The dataset's bytes in the page cache now (mincore), on the first rank of each
+        node: at an epoch's ``end`` the gain since its start is added to
+        ``stats.cache_gained_bytes``. The trainer calls it around every epoch."""
+        if not self._cache_here:
+            return
+        now = resident_bytes(self.ds.paths)
+        if end and self._cache0 is not None:
+            self.stats.cache_gained_bytes += now - self._cache0
+        self._cache0 = None if end else now
 
     def close(self):
         pass

@@ -55,6 +55,12 @@ What it does differently from the naive reader:
 LMDB and HDF5 files are read as bytes at the index offsets, never through their libraries.
 Stopping an epoch early must happen at the same batch on every rank (the reads already in
 flight are completed, so every rank leaves the collectives together).
+
+Bytes read are bytes delivered: after each request's reads, every file this rank read is
+checked against its state on open (:class:`hpcio.readers.base.FileCheck`, one ``stat`` per
+file and request), since ROMIO reports the full count for a read past the end of a file
+that shrank. Image files are checked on the opened file (``fstat``) instead. A failed
+check on the I/O thread reaches the consumer as an :class:`HpcioError`.
 """
 
 import os
@@ -70,7 +76,8 @@ from ..fsutil import aligned_empty
 from ..mpicompat import check_romio
 from ..mpiutil import node_comm
 from .assemble import copy_records, layout
-from .base import Batch, BufferRing, Reader, faults, register
+from .base import Auto, Batch, BufferRing, FileCheck, Reader, faults, files_are_records, \
+    register, size_error
 from .hints import file_hints, mpi_info
 from .reads import plan_reads
 from .nodeshare import NodeShare
@@ -105,21 +112,18 @@ class CoordinatedReader(Reader):
 
     name = "coordinated"
 
-    def __init__(self, dataset, comm, prefetch=2, collective="auto", hints=None,
-                 mechanism="thread", group_bytes=8 << 20, max_request_bytes=64 << 20,
-                 threads=4, sieve_gap=None, sieve_ratio=3.0, willneed=True, shared=False,
-                 **options):
+    def __init__(self, dataset, comm, prefetch=2, collective: Auto = "auto",
+                 hints: dict = None, mechanism: MECHANISMS = "thread", group_bytes=8 << 20,
+                 max_request_bytes=64 << 20, threads=4, sieve_gap: int = None,
+                 sieve_ratio=3.0, willneed=True, shared: Auto = False, **options):
         super().__init__(dataset, comm, **options)
         MPI = _mpi()
         check_romio(MPI)
-        if mechanism not in MECHANISMS:
-            raise HpcioError(f"unknown prefetch mechanism {mechanism!r} (choose from "
-                             f"{', '.join(MECHANISMS)})", everywhere=True)
         self.prefetch = max(0, int(prefetch))
         world = comm if comm is not None else MPI.COMM_SELF
         if collective == "auto":
             collective = not _one_node(world)
-        self.collective = _flag(collective)
+        self.collective = bool(collective)
         self.hints = dict(hints or {})
         if not self.collective:
             # our requests are already merged runs: sieving would only read the holes
@@ -128,10 +132,12 @@ class CoordinatedReader(Reader):
         self.threads = max(1, int(threads))
         self.max_request_bytes = int(max_request_bytes)
         self.sieve_ratio = float(sieve_ratio)
-        self.willneed = _flag(willneed)
+        self.willneed = bool(willneed)
         self._fds = []
         idx = dataset.index
-        self.filewise = dataset.format == "images" or len(idx.files) > MAX_MPI_FILES
+        self._record_files = files_are_records(dataset)
+        self._check = None if self._record_files else FileCheck(dataset)
+        self.filewise = self._record_files or len(idx.files) > MAX_MPI_FILES
         if self.filewise and mechanism == "nonblocking":
             mechanism = "thread"  # no MPI files to issue nonblocking reads on
         self.mechanism = mechanism
@@ -152,9 +158,10 @@ class CoordinatedReader(Reader):
             self._open_files(MPI)
             if self.willneed:
                 self._fds = [os.open(p, os.O_RDONLY) for p in self._paths]
+                self.stats.opens += len(self._fds)
         self._share = None
         if not (self.collective or self.filewise or self.mechanism == "nonblocking"):
-            want = _flag(shared) if shared != "auto" else None
+            want = bool(shared) if shared != "auto" else None
             node = node_comm(self.comm)
             # auto: records of at least SHARE_MIN_RECORD bytes: for small, cached records
             # the copy out of the window and the node-wide wait cost more than they save
@@ -180,6 +187,7 @@ class CoordinatedReader(Reader):
                 for _ in range(nh):
                     try:
                         hs.append(MPI.File.Open(fcomm, p, MPI.MODE_RDONLY, info))
+                        self.stats.opens += 1
                     except MPI.Exception as e:
                         raise HpcioError(f"{p}: MPI-IO cannot open it "
                                          f"({e.Get_error_string().strip()})",
@@ -409,7 +417,7 @@ class CoordinatedReader(Reader):
         if self.filewise:
             self._read_filewise(r, buf)
         elif self._share is not None:
-            self._share.read(r, buf, self.stats, self._paths)
+            self._share.read(r, buf, self.stats, self._paths, self._check)
         else:
             self._read_mpi(r, files, buf, nonblocking)
         if not nonblocking:
@@ -422,13 +430,17 @@ class CoordinatedReader(Reader):
         statuses = [MPI.Status() for _ in reqs]
         if reqs:
             MPI.Request.Waitall(reqs, statuses)
-        for (q, (want, types, fix)), s in zip(r.pending, statuses):
+        for (q, (want, types, fix, j)), s in zip(r.pending, statuses):
             for t in types:
                 t.Free()
             got = s.Get_count(MPI.BYTE)
             if got != want:
-                raise HpcioError(f"MPI-IO read {got} of {want} bytes: a record lies beyond "
-                                 f"the end of its file (the index does not match the data)")
+                self._check.check([j])  # a shard that changed names itself
+                raise HpcioError(f"{self._paths[j]}: MPI-IO read {got} of {want} bytes: a "
+                                 f"record lies beyond the end of the file (the index does "
+                                 f"not match the data)")
+        self._check.check([j for _, (want, _, _, j) in r.pending if want])
+        for _, (_, _, fix, _) in r.pending:
             fix()
         r.pending = []
         now = time.perf_counter()
@@ -472,7 +484,7 @@ class CoordinatedReader(Reader):
             fix = _chain(post)
             if nonblocking:
                 q = fh.Iread_at_all(0, spec) if self.collective else fh.Iread_at(0, spec)
-                r.pending.append((q, (job.want, types, fix)))
+                r.pending.append((q, (job.want, types, fix, job.file)))
                 continue
             st = MPI.Status()
             try:
@@ -485,10 +497,13 @@ class CoordinatedReader(Reader):
                     t.Free()
             got = st.Get_count(MPI.BYTE)
             if got != job.want:
+                self._check.check([job.file])  # a shard that changed names itself
                 raise HpcioError(f"{self._paths[job.file]}: MPI-IO read {got} of {job.want} "
                                  f"bytes: a record lies beyond the end of the file (the "
                                  f"index does not match the data)")
             fix()
+        if not nonblocking:  # the files as they were on open: the bytes read are theirs
+            self._check.check([job.file for job in jobs if job.want])
 
     def _stage_buffer(self, slot, nbytes):
         buf = self._stage[slot]
@@ -497,10 +512,13 @@ class CoordinatedReader(Reader):
         return buf
 
     def _read_filewise(self, r, buf):
-        """One open + preadv per record file, split over ``threads`` threads."""
+        """One open + preadv per record file, split over ``threads`` threads; a file that
+        is a record is checked on the opened file (``fstat``), shards per request."""
         idx = self.ds.index
         ids = r.ids
         paths = self._paths
+        sizes = idx.file_bytes
+        whole = self._record_files
         fil = idx.file[ids].tolist()
         fo = idx.offset[ids].tolist()
         ln = idx.length[ids].tolist()
@@ -521,8 +539,11 @@ class CoordinatedReader(Reader):
                         raise HpcioError(f"{p}: record file missing")
                     try:
                         got = os.preadv(fd, [mv[dst[k]:dst[k] + ln[k]]], fo[k])
+                        size = os.fstat(fd).st_size if whole else None
                     finally:
                         os.close(fd)
+                    if whole and size != sizes[fil[k]]:
+                        raise size_error(p, size, int(sizes[fil[k]]), "during the run")
                     if got != ln[k]:
                         raise HpcioError(f"{p}: read {got} of {ln[k]} bytes at offset "
                                          f"{fo[k]} (the index does not match the data)")
@@ -537,10 +558,13 @@ class CoordinatedReader(Reader):
                 t.start()
             for t in ts:
                 t.join()
-        self.stats.calls += 2 * n  # open + read per record
+        self.stats.calls += n  # one preadv per record
+        self.stats.opens += n
         self.stats.read_bytes += int(r.off[-1])
         if errors:
             raise errors[0]
+        if not whole:
+            self._check.check(np.unique(idx.file[ids]))
 
     def close(self):
         if getattr(self, "_share", None) is not None:
@@ -564,16 +588,6 @@ class CoordinatedReader(Reader):
             self.comm = None
         self._ring = BufferRing(self.prefetch + 1, slack=1.25, least=4096)
         self._stage = [None] * (self.prefetch + 1)
-
-
-def _flag(v):
-    if isinstance(v, str):
-        if v.lower() in ("1", "true", "yes", "on"):
-            return True
-        if v.lower() in ("0", "false", "no", "off"):
-            return False
-        raise HpcioError(f"collective={v!r}: say true, false or auto", everywhere=True)
-    return bool(v)
 
 
 def _one_node(comm):

@@ -13,8 +13,9 @@ from ..errors import HpcioError
 __all__ = ["parse_hints", "mpi_info", "file_hints"]
 
 
-def parse_hints(items):
-    """``["k=v", ...]`` (or a dict) -> ``{k: v}`` of strings; a malformed item is an error."""
+def parse_hints(items, flag="--hint"):
+    """``["k=v", ...]`` (or a dict) -> ``{k: v}`` of strings; a malformed item is an error
+    naming ``flag``, the option it came from (``--hint``, ``--reader-option``)."""
     if not items:
         return {}
     if isinstance(items, dict):
@@ -23,7 +24,7 @@ def parse_hints(items):
     for it in items:
         k, sep, v = str(it).partition("=")
         if not sep or not k.strip() or not v.strip():
-            raise HpcioError(f"hint {it!r} is not of the form key=value", everywhere=True)
+            raise HpcioError(f"{flag} {it!r} is not of the form key=value", everywhere=True)
         out[k.strip()] = v.strip()
     return out
 

@@ -17,7 +17,7 @@ from ..errors import HpcioError
 from ..fsutil import aligned_empty
 from ..mpiutil import node_comm
 from .assemble import gather
-from .base import Batch, BufferRing, Reader, faults, register
+from .base import Batch, BufferRing, Reader, faults, register, size_error
 
 __all__ = ["MemoryReader", "load_files"]
 
@@ -37,7 +37,8 @@ def _avail_bytes():
 
 def load_files(paths, sizes, out, piece=PIECE):
     """Read the files ``paths`` (of ``sizes`` bytes) end to end into ``out``; returns the
-    number of read calls. A file shorter than its size is an error."""
+    number of read calls. A file of another size than ``sizes`` says, before or after
+    its reads, is an error."""
     calls, pos = 0, 0
     view = memoryview(out)
     for p, size in zip(paths, sizes):
@@ -55,6 +56,9 @@ def load_files(paths, sizes, out, piece=PIECE):
                     raise HpcioError(f"{p}: file ended at byte {done}, the index says "
                                      f"{size} bytes")
                 done += n
+            now = os.fstat(fd).st_size
+            if now != size:
+                raise size_error(p, now, size, "while it was loaded")
         finally:
             os.close(fd)
         pos += size
@@ -67,7 +71,7 @@ class MemoryReader(Reader):
 
     name = "memory"
 
-    def __init__(self, dataset, comm, max_bytes=None, **options):
+    def __init__(self, dataset, comm, max_bytes: int = None, **options):
         super().__init__(dataset, comm, **options)
         idx = dataset.index
         total = int(idx.file_bytes.sum())
@@ -93,6 +97,7 @@ class MemoryReader(Reader):
         self.stats.load_s = time.perf_counter() - t0
         self.stats.read_bytes = total
         self.stats.calls = calls
+        self.stats.opens = len(dataset.paths)
         f1 = faults()
         self.stats.extra["load_minflt"] = f1[0] - f0[0]
         self.stats.extra["load_majflt"] = f1[1] - f0[1]

@@ -8,6 +8,15 @@ folders itself, then open/read one file per sample), packed shards (one ``pread`
 record). The per-sample calls are the point: they are what is being measured. Only the
 batch assembly is ours: each record is copied into one page-aligned buffer at offsets
 computed from the index, so consumers see the same :class:`Batch` as from every reader.
+
+Bytes read are bytes delivered: every shard is checked (:class:`FileCheck`) at each epoch's
+start and, for the files a batch touches, once per batch: before its reads where the
+format maps its files (``MAPPED``: an LMDB page past the end of a truncated file is a
+SIGBUS), after them elsewhere (HDF5 reads zeros past the end, ``pread`` returns less).
+A shard truncated in the instant between the check and an LMDB read still kills the
+process with SIGBUS. Image files are records: each is read whole and its length compared
+with the index. The reading thread's I/O counters around each batch's reads
+(:class:`ThreadIO`) give ``calls`` and ``read_bytes`` (:class:`ReaderStats`).
 """
 
 import time
@@ -17,7 +26,8 @@ import numpy as np
 from ..errors import HpcioError
 from ..formats import FORMATS
 from .assemble import layout
-from .base import Batch, BufferRing, Reader, faults, register
+from .base import Batch, BufferRing, FileCheck, Reader, ThreadIO, faults, \
+    files_are_records, register
 
 __all__ = ["NaiveReader"]
 
@@ -35,34 +45,55 @@ class NaiveReader(Reader):
         except KeyError:
             raise HpcioError(f"{dataset.root}: unknown format {dataset.format!r}",
                              everywhere=True)
+        self.check = None if files_are_records(dataset) else FileCheck(dataset)
+        self.mapped = bool(getattr(fmt, "MAPPED", False))  # check before reads, not after
         self.native = fmt.open_native(dataset)
+        self.stats.opens += self.native.opens
         self._ring = BufferRing(2)
+        self._meter = ThreadIO()
 
     def epoch(self, plan):
         """Yield this rank's batches of ``plan``: one ``native.get`` per record."""
-        idx, st, get = self.ds.index, self.stats, self.native.get
+        idx, st, native = self.ds.index, self.stats, self.native
+        get = native.get
         f0 = faults()
         clock = time.perf_counter
+        if self.check is not None:
+            self.check.check_all()
         try:
             for s in range(plan.steps):
                 t0 = clock()
                 ids = plan.step(s)
                 off = layout(idx.length[ids])
                 buf = self._ring.take(s & 1, int(off[-1]))
+                files = np.unique(idx.file[ids]) if self.check is not None else None
+                if files is not None and self.mapped:
+                    self.check.check(files)
+                opens = native.opens
                 io = 0.0
+                m0 = self._meter.read()
                 for k, i in enumerate(ids.tolist()):
                     a = clock()
                     rec = get(i)
                     io += clock() - a
                     n = len(rec)
                     if n != off[k + 1] - off[k]:
-                        raise HpcioError(f"record {i}: the format returned {n} bytes, the "
-                                         f"index says {int(off[k + 1] - off[k])}")
+                        if self.check is not None:  # a shard that changed names itself
+                            self.check.check([idx.file[i]])
+                        raise HpcioError(f"{self.ds.path(idx.file[i])}: record {i} is {n} "
+                                         f"bytes, expected {int(off[k + 1] - off[k])} (the "
+                                         f"data changed since it was indexed)")
                     buf[off[k]:off[k + 1]] = np.frombuffer(rec, dtype=np.uint8)
+                m1 = self._meter.read()
+                if files is not None and not self.mapped:
+                    self.check.check(files)
+                if m0 is not None and m1 is not None:
+                    st.read_bytes += m1[0] - m0[0] - m0[2]
+                    st.calls += m1[1] - m0[1] - 1
+                st.opens += native.opens - opens
                 dt = clock() - t0
                 st.io_s += io
                 st.wait_s += dt
-                st.calls += len(ids)
                 st.bytes += int(off[-1])
                 st.records += len(ids)
                 st.batches += 1
@@ -77,3 +108,4 @@ class NaiveReader(Reader):
         if native is not None:
             native.close()
         self._ring.clear()
+        self._meter.close()

@@ -17,6 +17,8 @@ request:
    the window; so the node reads each byte once, as ``L`` large neighbouring pieces;
 3. a node-wide nonblocking allreduce (an error flag; polled with short sleeps so the
    waiting thread does not take a core) tells every rank that the slot is complete;
+   then every rank checks the files the node read against their state on open (a read
+   past the end of a file that shrank reports its full count), so each names the file;
 4. each rank copies its own records from the window into its batch buffer, in plan
    order, with one vectorised :func:`copy_records`.
 
@@ -126,7 +128,7 @@ class NodeShare:
                     if b2 > a2:
                         mine.append((int(fj[a2]), fs[a2:b2], fl[a2:b2], int(s[a2])))
             first = sum(len(p) for p in parts[:me])
-            r.union = (mine, pos[first:first + len(parts[me])], Z - A)
+            r.union = (mine, pos[first:first + len(parts[me])], Z - A, np.unique(rf))
             need = max(need, T)
         need = -(-max(need, 1) // ALIGN) * ALIGN
         if need > self.slot_bytes:  # every node rank computed the same unions
@@ -151,11 +153,12 @@ class NodeShare:
             for i in big[:1024].tolist():
                 os.posix_fadvise(self.fds[j], int(fs[i]), int(fl[i]), os.POSIX_FADV_WILLNEED)
 
-    def read(self, r, buf, stats, paths):
+    def read(self, r, buf, stats, paths, check):
         """Read this rank's share of request ``r`` into the window, wait for the node,
-        copy this rank's records into ``buf`` (plan order)."""
+        check the files the node read (``check``, a :class:`FileCheck`), copy this rank's
+        records into ``buf`` (plan order)."""
         MPI = _mpi()
-        mine, pos, nbytes = r.union
+        mine, pos, nbytes, files = r.union
         base = (self.k % 2) * self.slot_bytes
         self.k += 1
         err = None
@@ -174,6 +177,7 @@ class NodeShare:
                 stats.read_bytes += want
                 got = st.Get_count(MPI.BYTE)
                 if got != want:
+                    check.check([j])  # a shard that changed names itself
                     raise HpcioError(f"{paths[j]}: MPI-IO read {got} of {want} bytes: a "
                                      f"record lies beyond the end of the file (the index "
                                      f"does not match the data)")
@@ -182,6 +186,7 @@ class NodeShare:
         ok = self._wait(0 if err else 1)
         if err:
             raise err
+        check.check(files)
         if not ok:
             raise HpcioError("another rank of this node failed to read its share")
         n = r.off[1:] - r.off[:-1]

@@ -9,7 +9,7 @@ import argparse
 from ..cli import ArgumentParser, integer, load_config, positive, seconds
 from ..errors import HpcioError
 from ..plan import SHUFFLES
-from ..readers import READERS
+from ..readers import READERS, check_options
 from ..readers.hints import parse_hints
 from .emulate import DISTRIBUTIONS
 from .models import MODELS
@@ -173,17 +173,18 @@ def parse_args(argv=None):
         raise HpcioError(f"--preprocess off: model {args.model} needs tensors; only "
                          "emulate runs on the bytes as read", everywhere=True)
     args.hints = parse_hints(args.hint)
+    reader_options(args)  # a bad reader option fails here, before any work
     return args
 
 
 def reader_options(args):
     """The reader's options from ``--reader-option``, ``--hint`` and the prefetch and
-    collective flags."""
-    opts = dict(parse_hints(args.reader_option))
+    collective flags, checked and converted to their types (:func:`check_options`)."""
+    opts = dict(parse_hints(args.reader_option, "--reader-option"))
     if args.hints:
         opts["hints"] = args.hints
     if args.reader_prefetch is not None:
         opts["prefetch"] = args.reader_prefetch
     if args.collective is not None:
         opts["collective"] = args.collective
-    return opts
+    return check_options(args.reader, opts)

@@ -347,8 +347,10 @@ def train(run):
             plan = make_plan(run.ds.records, world.size, world.rank, args.batch,
                              epoch=epoch, seed=args.seed, shuffle=args.shuffle,
                              drop_last=args.drop_last).head(args.steps)
+            reader.mark_cache()  # page-cache residency before and after: cache_gained_bytes
             before = counters(reader)
             done, t_start, t_end = _epoch(run, t, reader, plan, epoch, vote, bar)
+            reader.mark_cache(end=True)
             d = delta(before, counters(reader))
             for k, v in d.get("reader", {}).items():
                 t.read_totals[k] = t.read_totals.get(k, 0) + v
