@@ -16,7 +16,8 @@ Where things live (one home per concern)::
     measure/    what a run measures: step accounting, system probes (/proc), the sampler
                 thread, the run directory
     analysis/   figures and tables computed afterwards from what runs wrote
-    bench.py, demo.py, datagen.py   the other commands (``python -m hpcio.<command>``)
+    bench.py, demo.py, datagen.py, results.py   the other commands (``python -m
+                hpcio.<command>``; ``results summarize`` for runs that did not finish)
     mpiutil.py  MPI patterns: work on rank 0 with errors raised everywhere, node
                 communicators, array broadcasts; mpicompat.py: MPI stacks known to break
     sweep.py    the ``sweep`` command: one train job per point, resumable

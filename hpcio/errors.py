@@ -18,7 +18,7 @@ import tempfile
 import time
 import traceback
 
-__all__ = ["HpcioError", "guard", "report_to", "describe"]
+__all__ = ["HpcioError", "guard", "abort", "report_to", "describe"]
 
 _report_dir = None
 
@@ -76,6 +76,15 @@ def _end(code, comm, size):
         time.sleep(0.5)  # let the launcher forward the message before the abort kills us
         comm.Abort(code)
     os._exit(code)
+
+
+def abort(message, code):
+    """Print ``message`` (one line) and end the whole job now. Safe from any thread (a
+    watchdog), while the main thread is blocked in MPI (mpi4py asks for
+    MPI_THREAD_MULTIPLE)."""
+    print(message, file=sys.stderr, flush=True)
+    rank, size, comm = _world()
+    _end(code, comm, size)
 
 
 def _save_traceback(rank, text):

@@ -3,7 +3,6 @@
 import json
 import mmap
 import os
-import tempfile
 
 import numpy as np
 
@@ -12,10 +11,11 @@ __all__ = ["atomic_write", "atomic_json", "aligned_empty", "evict", "fs_type", "
 
 def atomic_write(path, write):
     """Call ``write(fileobj)`` on a temporary file beside ``path``, fsync it and rename it
-    over ``path``: readers see the old file or the new one, never half of one."""
+    over ``path``: readers see the old file or the new one, never half of one. The file
+    gets the user's umask (``tempfile.mkstemp`` would make it 0600)."""
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    fd, tmp = _create_temp(d)
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -38,8 +38,24 @@ def atomic_write(path, write):
         pass
 
 
-def atomic_json(path, obj):
-    data = (json.dumps(obj, indent=2, sort_keys=False, default=_jsonable) + "\n").encode()
+def _create_temp(d):
+    """A new file ``d/.tmp-<random>`` (O_EXCL), mode 0666 less the umask: (fd, path)."""
+    while True:
+        tmp = os.path.join(d, f".tmp-{os.urandom(6).hex()}")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                           0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def atomic_json(path, obj, compact=False):
+    """``compact``: one line, through json's C encoder (``indent`` makes json use its
+    Python encoder, several times slower: too slow for frequent flushes of long runs)."""
+    if compact:
+        data = json.dumps(obj, separators=(",", ":"), default=_jsonable).encode()
+    else:
+        data = (json.dumps(obj, indent=2, sort_keys=False, default=_jsonable) + "\n").encode()
     atomic_write(path, lambda f: f.write(data))
 
 

@@ -163,7 +163,7 @@ def test_rundir_atomic_files_and_refuses_to_overwrite(tmp_path):
     with open(run.file("a.json")) as f:
         assert json.load(f) == {"x": 3, "y": [0, 1]}
     assert np.load(run.file("d.npz"))["w"].sum() == 3
-    assert sorted(os.listdir(run.path)) == ["a.json", "c.yaml", "d.npz", "e.txt"]
+    assert sorted(os.listdir(run.path)) == [".hpcio-run", "a.json", "c.yaml", "d.npz", "e.txt"]
     with pytest.raises(HpcioError, match="not empty"):
         RunDir.create(tmp_path / "r")
     assert read_ahead_kb(str(tmp_path)) is None or read_ahead_kb(str(tmp_path)) >= 0

@@ -16,6 +16,7 @@ import yaml
 from common.datasets import error_lines, make_dataset
 from common.fs import private_mount
 from common.mpi import mpiexec, run_mpi, run_py
+from common.procs import Job
 from hpcio.formats import FORMATS as FORMAT_REGISTRY
 from hpcio.measure.steps import COMPONENTS, STEP_FIELDS
 from hpcio.train.emulate import ComputeTime
@@ -201,84 +202,64 @@ def test_config_file_checkpoints_and_single_rank(tmp_path, data):
 @pytest.mark.mpi
 def test_exception_on_rank1_ends_the_job(tmp_path, data):
     ds = data("packed")
+    out = tmp_path / "run"
     t = time.monotonic()
     p = run_mpi(2, TRAIN + ["--data", ds.root, "--model", "emulate", "--batch", 4,
-                            "--epochs", 1000, "--out", tmp_path / "run"],
-                env={"HPCIO_FAULT": "1:2"}, timeout=60)
+                            "--epochs", 1000, "--out", out],
+                env={"HPCIO_FAULT": "1:40"}, timeout=60)
     took = time.monotonic() - t
     assert p.returncode != 0
     assert took < 10, f"took {took:.1f} s"
     lines = error_lines(p.stderr)
-    trace = tmp_path / "run" / "error-rank-1.txt"
-    assert lines == ["hpcio.train: rank 1: HPCIO_FAULT test hook: injected failure at step 2 "
+    trace = out / "error-rank-1.txt"
+    assert lines == ["hpcio.train: rank 1: HPCIO_FAULT test hook: injected failure at step 40 "
                      f"(RuntimeError); traceback in {trace}"], p.stderr
     assert "Traceback" not in p.stderr
     with open(trace) as f:
         assert "RuntimeError" in f.read()
-
-
-def _children(pid):
-    """Every descendant process id of ``pid`` (from /proc)."""
-    kids = {}
-    for st in glob.glob("/proc/[0-9]*/stat"):
-        try:
-            with open(st) as f:
-                parts = f.read().rsplit(")", 1)[1].split()
-            kids.setdefault(int(parts[1]), []).append(int(st.split("/")[2]))
-        except (OSError, IndexError, ValueError):
-            pass
-    out, todo = [], [pid]
-    while todo:
-        for c in kids.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
-
-
-def _rank_pids(pid):
-    pids = []
-    for c in _children(pid):
-        try:
-            with open(f"/proc/{c}/cmdline", "rb") as f:
-                if b"hpcio.train" in f.read():
-                    pids.append(c)
-        except OSError:
-            pass
-    return pids
+    # what the failing rank measured is on disk up to the failure (5 epochs of 8 steps),
+    # marked partial; the other rank's up to its last flush (its first epoch end's at
+    # least: the abort comes 1.5 s after the failure)
+    z = np.load(out / "rank-1.npz")
+    assert len(z["wall"]) == 40 and (z["wall"] > 0).all()
+    with open(out / "rank-1.json") as f:
+        rj = json.load(f)
+    assert rj["partial"] is True and rj["steps_flushed"] == 40 and len(rj["epochs"]) == 5
+    assert len(np.load(out / "rank-0.npz")["wall"]) >= 8
+    assert not (out / "summary.json").exists()
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("target", ["mpiexec", "one-rank"])
-def test_sigterm_flushes_results_cut_short(tmp_path, data, target):
+@pytest.mark.parametrize("target", ["mpiexec", "one-rank", "ctrl-c"])
+def test_signal_flushes_results_cut_short(tmp_path, data, target):
+    """SIGTERM to the launcher or to one rank, or Ctrl-C (SIGINT to the terminal's whole
+    process group; mpiexec forwards it): every rank stops at the same step and writes
+    everything."""
     ds = data("packed")
     out = tmp_path / "run"
-    cmd = [mpiexec(), "-n", "2", sys.executable] + TRAIN + [
-        "--data", str(ds.root), "--model", "emulate", "--compute-time", "0.01",
-        "--batch", "4", "--epochs", "1000", "--out", str(out)]
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while not (out / "env.json").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
+    with Job(2, ["--data", ds.root, "--model", "emulate", "--compute-time", "0.01",
+                 "--batch", "4", "--epochs", "1000", "--out", out]) as job:
+        job.wait_for(out / "env.json")
+        pids = job.ranks(2)
         time.sleep(1.5)  # well into training
         if target == "mpiexec":
-            p.send_signal(signal.SIGTERM)
-        else:  # only the last rank hears it: the stop vote must still end both
-            pids = sorted(_rank_pids(p.pid))
-            assert len(pids) == 2, pids
+            job.p.send_signal(signal.SIGTERM)
+        elif target == "one-rank":  # only the last rank hears it: the vote ends both
             os.kill(pids[-1], signal.SIGTERM)
-        stdout, stderr = p.communicate(timeout=30)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
-    assert p.returncode == 0, f"{p.returncode}\n{stdout}\n{stderr}"
+        else:
+            os.killpg(job.p.pid, signal.SIGINT)
+        rc = job.finish(timeout=30)
+    assert rc == 0, f"{rc}\n{job.stdout}\n{job.stderr}"
     s = check_run(out, 2, None, None, 4, cut_short=True)
-    assert s["signal"] == signal.SIGTERM and s["signalled_ranks"]
+    want = signal.SIGINT if target == "ctrl-c" else signal.SIGTERM
+    assert s["signal"] == want and s["signalled_ranks"]
     assert s["epochs_run"] < 1000
     steps = [len(np.load(out / f"rank-{r}.npz")["wall"]) for r in range(2)]
     assert steps[0] == steps[1] > 0  # both stopped at the same step
-    assert "CUT SHORT" in stdout
+    assert "CUT SHORT" in job.stdout
+    for r in range(2):
+        with open(out / f"rank-{r}.json") as f:
+            assert json.load(f)["partial"] is False
 
 
 def _one_error(p):

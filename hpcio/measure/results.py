@@ -1,18 +1,25 @@
-"""The run directory: config, environment, per-rank records, summary; and SIGTERM.
+"""The run directory: config, environment, per-rank records, summary; and the thread
+that flushes a rank's records while it trains.
 
 Layout of a run directory (every file written atomically: a reader sees the old file or
-the complete new one)::
+the complete new one; with the user's umask)::
 
+    .hpcio-run      the claim: created with O_EXCL before anything else, so two runs
+                    never share (and overwrite) one directory
     config.yaml     the full resolved configuration (config file + CLI overrides + derived)
     env.json        versions, MPI library, hosts per rank, Slurm job, data file system,
                     Lustre striping, cache mode, readahead
     rank-<r>.npz    rank r's per-step arrays (hpcio.measure.steps.STEP_FIELDS)
-    rank-<r>.json   rank r's counters per epoch, checkpoints, sampler samples, summary
+    rank-<r>.json   rank r's counters per epoch, checkpoints, sampler samples, summary;
+                    ``partial: true`` while the run is under way: both rank files are
+                    rewritten at every epoch end and every ``--flush-interval`` seconds,
+                    so a crash, SIGKILL or a lost node loses at most that much
     summary.json    the run's figures (hpcio.analysis.summary.summarize) + cut_short;
                     disk_read_bytes = bytes the data's whole disk read from training start
                     to end (hpcio.measure.probes: node-wide, one rank per node, summed over
                     nodes: it counts every process's reads of that disk, read-ahead included)
-    summary.txt     the table printed at the end
+    summary.txt     the table printed at the end (``python -m hpcio.results summarize``
+                    makes both from the rank files of a run that did not finish)
 """
 
 import importlib
@@ -23,18 +30,22 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 import yaml
 
-from ..errors import HpcioError
+from ..errors import HpcioError, describe
 from ..fsutil import atomic_json, atomic_write, free_bytes, fs_type
 from ..mpiutil import on_root
 from .probes import read_ahead_kb
 
-__all__ = ["RunDir", "default_name", "capture_env", "results_bytes", "check_space"]
+__all__ = ["RunDir", "Flusher", "default_name", "capture_env", "results_bytes",
+           "check_space", "RUN_MARKER"]
+
+RUN_MARKER = ".hpcio-run"
 
 PACKAGES = ("hpcio", "numpy", "torch", "mpi4py", "mpich", "lmdb", "h5py", "PIL", "yaml",
             "tqdm", "pynvml", "horovod")
@@ -54,23 +65,37 @@ class RunDir:
 
     @classmethod
     def create(cls, out, comm=None):
+        """Claim ``out`` for this run: made here, or an existing empty directory; the
+        claim is a marker file created with O_EXCL, so of two runs given the same
+        ``out`` exactly one gets it and the other fails with one line, whatever the
+        timing."""
         def make():
             path = os.path.abspath(out)
             try:
-                if os.path.isdir(path) and os.listdir(path):
-                    raise HpcioError(f"--out {out}: exists and is not empty (results are "
-                                     f"never overwritten)")
-                os.makedirs(path, exist_ok=True)
+                try:
+                    os.makedirs(path, exist_ok=True)
+                except FileExistsError:
+                    raise HpcioError(f"--out {out}: exists and is not a directory")
+                if os.listdir(path):
+                    raise FileExistsError
+                fd = os.open(os.path.join(path, RUN_MARKER),
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:
+                raise HpcioError(f"--out {out}: exists and is not empty (results are "
+                                 f"never overwritten; give a new directory)")
             except OSError as e:
                 raise HpcioError(f"--out {out}: {e.strerror}")
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{socket.gethostname()} {os.getpid()} "
+                        f"{time.strftime('%Y-%m-%dT%H:%M:%S%z')}\n")
             return path
         return cls(on_root(comm, make, share=True))
 
     def file(self, name):
         return os.path.join(self.path, name)
 
-    def json(self, name, obj):
-        atomic_json(self.file(name), obj)
+    def json(self, name, obj, compact=False):
+        atomic_json(self.file(name), obj, compact=compact)
 
     def yaml(self, name, obj):
         data = yaml.safe_dump(obj, sort_keys=False, default_flow_style=False).encode()
@@ -84,6 +109,56 @@ class RunDir:
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         atomic_write(self.file(name), lambda f: f.write(buf.getbuffer()))
+
+
+class Flusher(threading.Thread):
+    """Calls ``write()`` every ``interval`` seconds and soon after each :meth:`kick` (an
+    epoch's end), on its own thread: the training thread pays one ``Event.set`` per epoch
+    and nothing per step. ``write`` snapshots what it needs (it runs beside training).
+
+    Flushing takes at most 1% of the run's CPU: a flush that used s seconds of CPU is
+    followed by at least 99 s of rest, kicks included (a long run's samples make one
+    costly, and the JSON encoder holds the GIL the training thread needs;
+    benchmarks/design.md). An error
+    is said once on stderr and the next flush tries again; the end-of-run write raises it
+    properly."""
+
+    def __init__(self, write, interval, label="hpcio"):
+        super().__init__(name="hpcio-flusher", daemon=True)
+        self.write, self.interval, self.label = write, float(interval), label
+        self._wake = threading.Event()
+        self._halt = threading.Event()
+        self.failed = None
+
+    def run(self):
+        spent = 0.0
+        while not self._halt.wait(99 * spent):
+            self._wake.wait(max(0.0, self.interval - 100 * spent))
+            self._wake.clear()
+            if self._halt.is_set():
+                return
+            t = time.thread_time()
+            self.flush()
+            spent = time.thread_time() - t
+
+    def flush(self):
+        try:
+            self.write()
+        except Exception as e:  # a flush must not end training; the final write will
+            if self.failed is None:
+                print(f"{self.label}: flushing results failed: {describe(e)}; retrying "
+                      f"every {self.interval:g} s", file=sys.stderr, flush=True)
+            self.failed = e
+
+    def kick(self):
+        self._wake.set()
+
+    def stop(self):
+        """No flush after this returns (one under way is finished first)."""
+        self._halt.set()
+        self._wake.set()
+        if self.is_alive():
+            self.join()
 
 
 def results_bytes(ranks, steps, fields, seconds=None, sample_interval=0.5):

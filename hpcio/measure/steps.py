@@ -87,10 +87,14 @@ class StepLog:
         return self.rows[:self.n, _COL[name]]
 
     def arrays(self):
-        """Named columns (ints where the field is a count), for ``np.savez``."""
+        """Named columns (ints where the field is a count), for ``np.savez``. Safe on
+        another thread while steps are added: ``n`` is read before the rows, and
+        :meth:`add` bumps it only after its row is written."""
+        n = self.n
+        rows = self.rows[:n]
         out = {}
         for f in STEP_FIELDS:
-            col = self.column(f)
+            col = rows[:, _COL[f]]
             out[f] = col.astype(np.int64) if f in ("epoch", "step", "records",
                                                      "nbytes") else col.copy()
         return out

@@ -2,17 +2,56 @@
 
 Checkpoint I/O competes with training reads for the same storage; its cost is part of a
 step's wall time (the ``ckpt`` component) and its bandwidth is reported per checkpoint.
+
+A checkpoint replaces the previous ``checkpoint.pt``, so the directory is claimed first
+(:func:`claim_checkpoint_dir`): one hpcio made, or one that holds nothing, never a
+directory with a file of the user's that a checkpoint would replace.
 """
 
 import io
 import os
 import time
 
+from ..errors import HpcioError
 from ..fsutil import atomic_write
+from ..measure.results import RUN_MARKER
 
-__all__ = ["CHECKPOINT", "save_checkpoint", "load_checkpoint"]
+__all__ = ["CHECKPOINT", "MARKER", "check_checkpoint_dir", "claim_checkpoint_dir",
+           "save_checkpoint", "load_checkpoint"]
 
 CHECKPOINT = "checkpoint.pt"
+MARKER = ".hpcio-checkpoints"  # says hpcio made the directory (or found it empty)
+
+
+def check_checkpoint_dir(directory):
+    """An :class:`HpcioError` if ``directory`` holds a file hpcio did not write (read only:
+    called before anything of the run is made)."""
+    try:
+        names = set(os.listdir(directory))
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise HpcioError(f"--checkpoint-dir {directory}: {e.strerror}")
+    if MARKER in names:
+        return
+    foreign = sorted(names - {RUN_MARKER})  # this run's own directory, claimed just now
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+        raise HpcioError(f"--checkpoint-dir {directory}: holds files hpcio did not write "
+                         f"({shown}); checkpoints would replace them (give a new or empty "
+                         f"directory)")
+
+
+def claim_checkpoint_dir(directory):
+    """Make ``directory`` (or take an empty one) and mark it as hpcio's; one hpcio marked
+    before is used as it is; any other: an :class:`HpcioError`, before training."""
+    check_checkpoint_dir(directory)
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, MARKER), "a"):
+            pass
+    except OSError as e:
+        raise HpcioError(f"--checkpoint-dir {directory}: {e.strerror}")
 
 
 def _state(model):

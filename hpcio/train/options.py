@@ -27,7 +27,9 @@ def build_parser():
                     "how long training waits for data, and why.",
         epilog="Results: a run directory with config.yaml, env.json, rank-<r>.npz/json, "
                "summary.json and summary.txt (see hpcio/measure/results.py and "
-               "hpcio/measure/steps.py for definitions).")
+               "hpcio/measure/steps.py for definitions). SIGTERM or Ctrl-C stops every "
+               "rank at the same step and writes everything (cut_short); 'python -m "
+               "hpcio.results summarize RUNDIR' summarises a run that did not finish.")
     p.add_argument("--config", metavar="FILE.yaml",
                    help="options as a YAML mapping (option names as keys); command-line "
                         "flags override it")
@@ -103,6 +105,14 @@ def build_parser():
                    help="torch intra-op threads per rank (0: the node's cores / its ranks)")
     g.add_argument("--sample-interval", type=positive, default=0.5, metavar="S",
                    help="seconds between CPU/memory/disk/GPU samples")
+    g.add_argument("--flush-interval", type=positive, default=10.0, metavar="S",
+                   help="every rank rewrites its rank-<r>.npz/json (marked partial) at each "
+                        "epoch end and at least every S seconds, on a background thread: "
+                        "a crash or a killed rank loses at most that much")
+    g.add_argument("--stall-timeout", type=seconds, default=600.0, metavar="S",
+                   help="a rank that makes no progress for S seconds (waiting for a batch, "
+                        "the stop vote, a collective) names what it waits for and ends the "
+                        "job with exit code 3 (0: never)")
     g.add_argument("--progress", default="auto", choices=("auto", "on", "off"),
                    help="progress bar on rank 0 (auto: when its stdout is a terminal; under "
                         "mpiexec or srun it is a pipe, so say on)")

@@ -1,25 +1,36 @@
-"""Stopping a run together: a signal becomes a flag, and the ranks vote to stop at the same
-step.
+"""How a run ends: a signal becomes a flag, the ranks vote to stop at the same step, and a
+rank that sees no progress ends the job.
 
 A Slurm time limit sends SIGTERM to every task (then SIGKILL after KillWait, 30 s by
-default); ``mpiexec`` forwards SIGTERM to its ranks too. :class:`StopFlag` turns the signal
-into a flag; :class:`StopVote` makes every rank stop at the *same* step even when the
-signal reaches them at different times, without a blocking collective per step, so no rank
-is left waiting in a collective the others never enter.
+default); ``mpiexec`` forwards SIGTERM to its ranks too, and Ctrl-C as SIGINT.
+:class:`StopFlag` turns either signal into a flag; :class:`StopVote` makes every rank stop
+at the *same* step even when the signal reaches them at different times, without a
+blocking collective per step, so no rank is left waiting in a collective the others never
+enter. :class:`Watchdog` ends the job with one line when a rank waits too long (a rank
+stopped or hung, a node gone): without it the others wait in their next collective for
+ever.
 """
 
 import signal
+import threading
+import time
 
 import numpy as np
 
-__all__ = ["StopFlag", "StopVote"]
+from ..errors import abort
+
+__all__ = ["StopFlag", "StopVote", "Watchdog", "STALL_EXIT"]
+
+STALL_EXIT = 3  # exit code of a job the watchdog ended
 
 
 class StopFlag:
-    """Set by SIGTERM (a Slurm time limit, or ``kill``): the step loop checks it. The
-    handler only sets a flag, so it is safe whatever the main thread was doing."""
+    """Set by SIGTERM (a Slurm time limit, or ``kill``) or SIGINT (Ctrl-C): the step loop
+    checks it, and the run stops, flushes and says ``cut_short``. The handler only sets a
+    flag, so it is safe whatever the main thread was doing. A second SIGINT interrupts at
+    once (KeyboardInterrupt), for a run that does not reach its next step."""
 
-    def __init__(self, signals=(signal.SIGTERM,)):
+    def __init__(self, signals=(signal.SIGTERM, signal.SIGINT)):
         self.signum = None
         self._old = {}
         for s in signals:
@@ -29,6 +40,8 @@ class StopFlag:
                 pass
 
     def _handle(self, signum, frame):
+        if signum == signal.SIGINT and self.signum == signal.SIGINT:
+            raise KeyboardInterrupt
         self.signum = signum
 
     def __bool__(self):
@@ -99,3 +112,51 @@ class StopVote:
             self._finish()
             self.comm.Free()
             self.comm = None
+
+
+class Watchdog(threading.Thread):
+    """Ends the job when this rank makes no progress for ``timeout`` seconds.
+
+    The training thread says what it is about to wait for with :meth:`mark` (two plain
+    attribute stores: no lock, no system call); this daemon thread wakes a few times per
+    timeout and, when ``beat`` has not moved for ``timeout`` seconds, prints one line
+    naming the rank and what it waits for, and aborts the MPI job
+    (exit :data:`STALL_EXIT`). A wake-up far later than asked means this process itself
+    was stopped (SIGSTOP, a suspended job): the clock restarts instead of blaming the
+    wait. ``timeout`` 0: never started, the stores cost nothing."""
+
+    def __init__(self, timeout, rank, prog, waiting="the run's set-up"):
+        super().__init__(name="hpcio-watchdog", daemon=True)
+        self.timeout = float(timeout)
+        self.rank, self.prog = rank, prog
+        self.waiting = waiting
+        self.beat = 0
+        self._halt = threading.Event()
+
+    def mark(self, waiting):
+        """Progress: the caller is about to wait for ``waiting`` (words for the line)."""
+        self.waiting = waiting
+        self.beat += 1
+
+    def start(self):
+        if self.timeout > 0:
+            super().start()
+
+    def run(self):
+        period = min(1.0, self.timeout / 4)
+        last, since = self.beat, time.monotonic()
+        prev = since
+        while not self._halt.wait(period):
+            now, beat = time.monotonic(), self.beat
+            if beat != last or now - prev > period + max(2.0, period):
+                last, since = beat, now
+            elif now - since >= self.timeout:
+                abort(f"{self.prog}: rank {self.rank}: no progress for {self.timeout:g} s, "
+                      f"waiting for {self.waiting}; ending the job (--stall-timeout)",
+                      STALL_EXIT)
+            prev = now
+
+    def stop(self):
+        self._halt.set()
+        if self.is_alive():
+            self.join(timeout=5)

@@ -9,6 +9,12 @@ the preprocessing pipeline, trains a real model (DDP; NCCL on GPUs, gloo on CPUs
 long it waited for data and why (:mod:`hpcio.measure.steps`). Results go to a run
 directory (:mod:`hpcio.measure.results`); rank 0 prints a table at the end.
 
+Nothing measured is lost and no rank waits silently: every rank flushes its step arrays
+and counters (marked partial) at each epoch end and every ``--flush-interval`` seconds on a
+background thread, and once more when it fails; SIGTERM and Ctrl-C stop every rank at the
+same step; a watchdog (:class:`~hpcio.train.stop.Watchdog`) ends the job with one line when
+a rank makes no progress for ``--stall-timeout`` seconds.
+
 Test hook: ``HPCIO_FAULT=<rank>:<step>`` raises an exception on that rank at the start of
 that (0-based, counted over the whole run) step, to check that a failure on one rank ends
 the whole job. It is read only by this command and has no other effect.
@@ -28,19 +34,20 @@ from ..cache import cache_state
 from ..data.dataset import open_dataset
 from ..errors import HpcioError, report_to
 from ..measure.probes import counters, delta
-from ..measure.results import RunDir, capture_env, check_space, default_name, results_bytes
+from ..measure.results import (Flusher, RunDir, capture_env, check_space, default_name,
+                               results_bytes)
 from ..measure.sampler import Sampler
 from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
 from ..mpiutil import on_root
 from ..plan import make_plan
 from ..readers import make_reader
-from .checkpoint import save_checkpoint
+from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpoint
 from .dist import init_world, make_dist, pick_device
 from .emulate import SPEC, ComputeTime, EmulatedModel, ReadOnly
 from .models import make_model
 from .options import parse_args, reader_options
 from .pipeline import Pipeline
-from .stop import StopFlag, StopVote
+from .stop import StopFlag, StopVote, Watchdog
 
 __all__ = ["main", "setup", "train", "write_results", "Run", "Step", "torch_threads"]
 
@@ -195,6 +202,7 @@ class Run:
     ckpt_dir: str
     fault: object = None
     t_begin: float = 0.0
+    watchdog: Watchdog = None
 
 
 @dataclass
@@ -212,6 +220,8 @@ class Trained:
     cut: bool = False
     t_train: float = 0.0
     origin_unix: float = 0.0
+    flusher: Flusher = None
+    flushed: tuple = ()  # (steps, epochs, checkpoints) in the last flush
 
 
 def setup(args):
@@ -220,12 +230,16 @@ def setup(args):
     rank 0 writes config.yaml and env.json. Collective."""
     t_begin = _now()
     world = init_world()
+    wd = Watchdog(args.stall_timeout, world.rank, "hpcio.train",
+                  waiting="the run's set-up (device, dataset checks: collectives)")
+    wd.start()
     threads = torch_threads(world, args.torch_threads)
     torch.set_num_threads(threads)
     torch.manual_seed(args.seed)
     sys.setswitchinterval(SWITCH_INTERVAL)
     device = pick_device(world, args.device)
     ds = open_dataset(args.data, world.comm)
+    wd.mark("the model's construction")
     model, spec = _build_model(args, ds, world)
     input_shape = _input_shape(args, ds, spec)
     plan0 = make_plan(ds.records, world.size, world.rank, args.batch, epoch=0,
@@ -239,25 +253,35 @@ def setup(args):
                         pin_memory=device.type == "cuda", classes=classes)
     else:
         pipe = ReadOnly(args.prefetch)
+    wd.mark("the run directory's claim (a collective)")
     out_path = args.out or os.path.join("runs", default_name(args.reader, args.model,
                                                            world.size))
+    ckpt_dir = os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None
+    if args.checkpoint_every and ckpt_dir:  # a refusal leaves nothing made
+        on_root(world.comm, lambda: check_checkpoint_dir(ckpt_dir))
     on_root(world.comm, lambda: _check_space(args, world, model, out_path,
                                              steps_per_epoch))
     out = RunDir.create(out_path, world.comm)
     report_to(out.path)  # tracebacks of unexpected errors go into the run directory
-    ckpt_dir = args.checkpoint_dir or os.path.join(out.path, "checkpoints")
+    ckpt_dir = ckpt_dir or os.path.join(out.path, "checkpoints")
+    if args.checkpoint_every:
+        on_root(world.comm, lambda: claim_checkpoint_dir(ckpt_dir))
     ropts = reader_options(args)
     # a cold epoch re-opens the reader after evicting: pages a live process has mapped
     # (LMDB's mmap) stay in the page cache whatever fadvise or drop_caches say
     reopen = args.cache == "cold" and args.reader != "memory"
 
     dist_name = "none" if args.model == "emulate" else args.dist
+    wd.mark("the gradient exchange's set-up (collectives)")
     dist = make_dist(dist_name, world, device)
     model = model.to(device)
+    wd.mark("the optimiser's set-up (its first use imports torch's compiler, seconds)")
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    wd.mark("the model's broadcast to every rank (a collective)")
     model, optimizer = dist.wrap(model, optimizer)
     step_fn = EmulatedStep(model) if args.model == "emulate" else Step(model, optimizer,
                                                                       device)
+    wd.mark("the environment's capture (a collective)")
     env = capture_env(world, ds.root, args.cache, ropts, device)
     config = {k: v for k, v in vars(args).items() if k not in ("hint",)}
     config.update({
@@ -275,27 +299,44 @@ def setup(args):
         out.yaml("config.yaml", _jsonable(config))
         out.json("env.json", env)
     return Run(args, world, device, ds, model, optimizer, dist, step_fn, pipe, out, ropts,
-               reopen, steps_per_epoch, threads, ckpt_dir, _fault(), t_begin)
+               reopen, steps_per_epoch, threads, ckpt_dir, _fault(), t_begin, wd)
+
+
+# what a rank waits for, as the watchdog says it
+WAIT_VOTE = "the stop vote (a collective of every rank)"
+WAIT_EPOCH = "the reader's epoch set-up (cache state, reader open: collectives)"
+WAIT_BATCH = "a batch (reader and preprocessing)"
+WAIT_STEP = "the step's compute (forward, backward, gradient allreduce)"
+WAIT_CKPT = "a checkpoint write"
+WAIT_WRITE = "this rank's result files"
+WAIT_GATHER = "the end-of-run gather of the ranks' summaries (a collective)"
+WAIT_SUMMARY = "the summary write and the end of the run"
 
 
 def train(run):
     """Every epoch: set the cache state, (re)open the reader, run the steps; stop early
-    when the ranks vote to (a signal). Returns what this rank measured."""
-    args, world = run.args, run.world
+    when the ranks vote to (a signal). Returns what this rank measured; if it fails, what
+    it measured until then is flushed first."""
+    args, world, wd = run.args, run.world, run.watchdog
     origin, origin_unix = _now(), time.time()  # step t0s are relative to this moment
     total = args.epochs * run.steps_per_epoch
     t = Trained(StepLog(total, origin=origin), np.full(total, np.nan),
                 Sampler(args.sample_interval, run.ds.root, run.device, origin=origin),
                 StopFlag(), origin_unix=origin_unix)
+    t.flusher = Flusher(lambda: _flush(run, t), args.flush_interval,
+                        label=f"hpcio.train: rank {world.rank}")
     t.sampler.start()
+    t.flusher.start()
     vote = StopVote(world.comm)
     bar = _progress(args, world, total)
     reader = None
     try:
         for epoch in range(args.epochs):
+            wd.mark(WAIT_VOTE)
             if vote.settle(bool(t.stop)):
                 t.cut = True
                 break
+            wd.mark(WAIT_EPOCH)
             ts = _now()
             if reader is not None and run.reopen:
                 reader.close()
@@ -316,12 +357,19 @@ def train(run):
             t.epochs.append({"epoch": epoch, "steps": done, "setup_s": t_start - ts,
                              "elapsed_s": t_end - t_start, "cache": _jsonable(cache),
                              "counters": d})
+            t.flusher.kick()
             if t.cut:
                 break
+        wd.mark(WAIT_VOTE)
+        vote.close()
+    except BaseException:
+        t.flusher.stop()
+        t.flusher.flush()
+        raise
     finally:
         if bar is not None:
             bar.close()
-    vote.close()
+    t.flusher.stop()
     t.sampler.stop()
     t.t_train = _now() - origin
     if reader is not None:
@@ -333,7 +381,8 @@ def train(run):
 def _epoch(run, t, reader, plan, epoch, vote, bar):
     """One epoch's steps, each stamped t0..t5 back to back (see
     :mod:`hpcio.measure.steps`); returns (steps done, start, end)."""
-    world, device, step_fn, log = run.world, run.device, run.step_fn, t.log
+    world, device, step_fn, log, wd = (run.world, run.device, run.step_fn, t.log,
+                                       run.watchdog)
     cuda = device.type == "cuda"
     every = run.args.checkpoint_every
     gstep = log.n
@@ -346,8 +395,10 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
             if run.fault is not None and run.fault == (world.rank, gstep):
                 raise RuntimeError(f"HPCIO_FAULT test hook: injected failure at step "
                                    f"{gstep}")
+            wd.mark(WAIT_BATCH)
             b = next(it)
             t1 = _now()
+            wd.mark(WAIT_STEP)
             x = b.x.to(device, non_blocking=True)
             y = b.y.to(device, non_blocking=True)
             if cuda:
@@ -356,6 +407,7 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
             loss = step_fn(x, y)
             t3 = _now()
             if every and (gstep + 1) % every == 0 and world.rank == 0:
+                wd.mark(WAIT_CKPT)
                 t.checkpoints.append(_checkpoint(run.ckpt_dir, run.model, run.optimizer,
                                                  epoch, s, gstep))
                 t4 = _now()
@@ -367,6 +419,7 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
             done += 1
             if bar is not None:
                 bar.update(1)
+            wd.mark(WAIT_VOTE)
             want_stop = vote.poll(bool(t.stop))
             t5 = _now()
             log.add(epoch, s, t0, t1, t2, t3, t4, t5, b.t_fetch0, b.t_fetch1, b.t_prep1,
@@ -381,31 +434,56 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
     return done, t_start, t_end
 
 
+def _flush(run, t):
+    """The flusher's write: this rank's files as they stand, marked partial; nothing if
+    nothing was added since the last one."""
+    now = (t.log.n, len(t.epochs), len(t.checkpoints))
+    if now != t.flushed:
+        _write_rank(run, t, partial=True)
+        t.flushed = now
+
+
+def _write_rank(run, t, partial):
+    """rank-R.npz and rank-R.json from a snapshot of what this rank measured (safe beside
+    the training thread: lists and dicts are copied, the step log is read up to the
+    count of complete rows). Returns the rank's summary."""
+    world = run.world
+    arrays = t.log.arrays()
+    n = len(arrays["wall"])
+    arrays["loss"] = t.losses[:n].copy()
+    rsum = rank_summary(arrays)
+    run.out.npz(f"rank-{world.rank}.npz", arrays)
+    totals = dict(t.read_totals)
+    stats = {k: v for k, v in t.reader_stats.items() if k not in totals}
+    run.out.json(f"rank-{world.rank}.json", {
+        "rank": world.rank, "partial": partial, "steps_flushed": n,
+        "host": world.hostname, "local_rank": world.local_rank,
+        "node": world.node, "device": str(run.device), "torch_threads": run.threads,
+        "origin_unix": t.origin_unix, "train_s": t.t_train, "epochs": list(t.epochs),
+        "checkpoints": list(t.checkpoints),
+        "reader_stats": _jsonable(dict(stats, **totals)),
+        "reader_reopened_each_epoch": run.reopen, "summary": rsum,
+        "samples": t.sampler.as_dict()}, compact=partial)
+    return rsum
+
+
 def write_results(run, t):
     """Every rank its own files, then one gather of small summaries; rank 0 writes the
     summary and prints the table."""
-    world = run.world
-    arrays = t.log.arrays()
-    arrays["loss"] = t.losses[:t.log.n]
-    rsum = rank_summary(arrays)
-    run.out.npz(f"rank-{world.rank}.npz", arrays)
-    stats = {k: v for k, v in t.reader_stats.items() if k not in t.read_totals}
-    run.out.json(f"rank-{world.rank}.json", {
-        "rank": world.rank, "host": world.hostname, "local_rank": world.local_rank,
-        "node": world.node, "device": str(run.device), "torch_threads": run.threads,
-        "origin_unix": t.origin_unix, "train_s": t.t_train, "epochs": t.epochs,
-        "checkpoints": t.checkpoints,
-        "reader_stats": _jsonable(dict(stats, **t.read_totals)),
-        "reader_reopened_each_epoch": run.reopen, "summary": rsum,
-        "samples": t.sampler.as_dict()})
+    world, wd = run.world, run.watchdog
+    wd.mark(WAIT_WRITE)
+    rsum = _write_rank(run, t, partial=False)
+    wd.mark(WAIT_GATHER)
     gathered = world.comm.gather((rsum, t.checkpoints, t.sampler.disk_read_end -
                                   t.sampler.disk_read_start, world.local_rank,
                                   t.stop.signum), root=0)
+    wd.mark(WAIT_SUMMARY)
     run.pipe.close()
     run.dist.close()
     if world.rank == 0:
         _write_summary(run.out, run.args, world, gathered, t.cut, t.stop,
                        run.steps_per_epoch, t.t_train, _now() - run.t_begin, t.epochs)
+    wd.stop()
     t.stop.restore()
 
 
