@@ -14,8 +14,8 @@ import tempfile
 
 import pytest
 
-from common.datasets import error_lines
-from common.mpi import run_mpi, run_py
+from common.datasets import error_lines, make_dataset
+from common.mpi import mpiexec, run_mpi, run_py
 from hpcio.errors import HpcioError
 from hpcio.measure import darshan
 
@@ -386,3 +386,50 @@ def test_incomplete_tracing_is_named(tmp_path):
     (tmp_path / "hpcio.json").write_text(json.dumps(
         {"format": "images", "records": 70, "shards": [{}, {}]}))
     assert darshan.dataset_files(str(tmp_path)) == 70
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("reader", ["naive", "coordinated"])
+def test_traced_training_run(tmp_path, lib, parser, reader):
+    """hpcio.train --darshan: every rank re-executes itself preloaded, the log lands in the
+    run directory, is complete, and MPI-IO's bytes are the coordinated reader's to the byte."""
+    ds = make_dataset(tmp_path, "packed", "raw", records=256, shards=2)
+    out = tmp_path / "run"
+    p = run_mpi(2, ["-m", "hpcio.train", "--data", ds.root, "--reader", reader, "--model",
+                    "emulate", "--batch", 16, "--darshan", lib, "--darshan-dxt",
+                    "--out", out], timeout=180)
+    assert p.returncode == 0, p.stderr
+    assert "warning" not in p.stderr
+    logs = glob.glob(str(out / "darshan" / "*.darshan"))
+    assert logs == [str(out / "darshan" / "run.darshan")]
+    assert not darshan.log_is_partial(logs[0])
+    with open(out / "env.json") as f:
+        env = json.load(f)
+    assert env["darshan"]["log"] == logs[0] and env["darshan"]["library"]
+    ranks = []
+    for r in range(2):
+        with open(out / f"rank-{r}.json") as f:
+            ranks.append(json.load(f)["reader_stats"])
+    summary = darshan.log_summary(logs[0], None if parser is None else parser)
+    if reader == "coordinated":
+        mpiio = summary["bytes_read"]["MPI-IO"]
+        assert sum(mpiio.values()) == sum(r["read_bytes"] for r in ranks) > 0
+
+
+@pytest.mark.mpi
+def test_preloaded_without_the_config_is_said(tmp_path, lib):
+    """A launcher that preloads Darshan itself, without the project's config: rank 0 says
+    once, before training, that the log will miss the dataset's reads."""
+    ds = make_dataset(tmp_path, "packed", "raw", records=64, shards=2)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DARSHAN_")}
+    env.update(LD_PRELOAD=lib, DARSHAN_LOG_DIR_PATH=str(tmp_path))
+    p = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "hpcio.train", "--data",
+                        ds.root, "--model", "emulate", "--batch", "8", "--out",
+                        str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
+                       env=env)
+    assert p.returncode == 0, p.stderr
+    warn = [ln for ln in p.stderr.splitlines() if "warning" in ln]
+    assert warn == ["hpcio.train: warning: the Darshan log will be incomplete: Darshan runs "
+                    "without DARSHAN_CONFIG_PATH: Python's imports fill its record table "
+                    "before the dataset is opened (use --darshan LIB)"]
+    assert os.path.exists(tmp_path / "run" / "darshan" / "run.darshan")

@@ -14,7 +14,7 @@ import time
 
 __all__ = ["block_device", "whole_disks", "data_disks", "disk_read_bytes",
            "read_ahead_kb", "cpu_jiffies", "machine_busy", "proc_io", "rusage",
-           "rss_bytes", "mem_available", "loadavg", "wait_quiet", "counters", "delta"]
+           "rss_bytes", "mem_available", "loadavg", "os_view", "wait_quiet", "counters", "delta"]
 
 SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
 
@@ -190,6 +190,24 @@ def loadavg():
             return float(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def os_view(d, wall):
+    """The operating system's view of one epoch on one rank, as LMDBIO measured it, from a
+    :func:`delta` of two :func:`counters` snapshots and the epoch's wall seconds: CPU user
+    and system seconds, sleep = wall - user - system (time not on a CPU: waiting for I/O,
+    locks, peers, or a sleeping step; negative when the process's threads ran on several
+    CPUs at once), context switches
+    (voluntary: the process waited; involuntary: the scheduler took the CPU), page faults,
+    and /proc/self/io's rchar and read_bytes."""
+    ru, io = d.get("rusage", {}), d.get("io", {})
+    user, system = ru.get("utime", 0.0), ru.get("stime", 0.0)
+    return {"wall_s": wall, "user_s": user, "system_s": system,
+            "sleep_s": wall - user - system,
+            "voluntary_switches": ru.get("nvcsw", 0),
+            "involuntary_switches": ru.get("nivcsw", 0),
+            "minor_faults": ru.get("minflt", 0), "major_faults": ru.get("majflt", 0),
+            "rchar": io.get("rchar", 0), "read_bytes": io.get("read_bytes", 0)}
 
 
 def counters(reader=None):

@@ -94,6 +94,14 @@ def build_parser():
                    help="run the preprocessing pipeline; 'off' hands the step the batch's "
                         "bytes as read, as DLIO and MLPerf Storage do (only for emulate); "
                         "auto: off for emulate, on for real models")
+    g = p.add_argument_group("tracing")
+    g.add_argument("--darshan", metavar="LIB", default=None,
+                   help="trace the run with this Darshan runtime (libdarshan.so, built "
+                        "against mpi4py's MPI: scripts/darshan-local.sh build): every rank "
+                        "re-executes itself with it preloaded, with per-rank records and "
+                        "the project's config; the log goes to RUNDIR/darshan/")
+    g.add_argument("--darshan-dxt", action=argparse.BooleanOptionalAction, default=False,
+                   help="with --darshan, also trace every read and write (DXT)")
     g = p.add_argument_group("run")
     g.add_argument("--out", metavar="RUNDIR", default=None,
                    help="results directory (default: runs/<time>-<reader>-<model>-n<ranks>)")

@@ -33,7 +33,8 @@ from ..analysis.summary import format_table, summarize
 from ..cache import cache_state
 from ..data.dataset import open_dataset
 from ..errors import HpcioError, report_to
-from ..measure.probes import counters, delta
+from ..measure import darshan
+from ..measure.probes import counters, delta, os_view
 from ..measure.results import (Flusher, RunDir, capture_env, check_space, default_name,
                                results_bytes)
 from ..measure.sampler import Sampler
@@ -143,6 +144,22 @@ def _build_model(args, ds, world):
         raise HpcioError(f"{ds.root}: manifest has an invalid class count {classes!r}",
                          everywhere=True)
     return make_model(args.model, num_classes=classes)
+
+
+def _trace_into(run_dir, ds, world):
+    """A run traced by Darshan (``--darshan``, or a launcher's LD_PRELOAD): its log goes to
+    RUNDIR/darshan/<run>.darshan (rank 0 writes it at MPI_Finalize), and rank 0 says in one
+    line when the log would miss the dataset's reads. Returns the library, or None."""
+    lib = darshan.preloaded_library()
+    if lib is None:
+        return None
+    if world.rank == 0:
+        darshan.set_logfile(darshan.log_path(run_dir, os.path.basename(run_dir)))
+        why = darshan.incomplete(len(ds.index.files))
+        if why:
+            print(f"hpcio.train: warning: the Darshan log will be incomplete: {why}",
+                  file=sys.stderr, flush=True)
+    return lib
 
 
 def _check_space(args, world, model, out, steps_per_epoch):
@@ -263,6 +280,7 @@ def setup(args):
                                              steps_per_epoch))
     out = RunDir.create(out_path, world.comm)
     report_to(out.path)  # tracebacks of unexpected errors go into the run directory
+    traced = _trace_into(out.path, ds, world)
     ckpt_dir = ckpt_dir or os.path.join(out.path, "checkpoints")
     if args.checkpoint_every:
         on_root(world.comm, lambda: claim_checkpoint_dir(ckpt_dir))
@@ -283,6 +301,8 @@ def setup(args):
                                                                       device)
     wd.mark("the environment's capture (a collective)")
     env = capture_env(world, ds.root, args.cache, ropts, device)
+    if world.rank == 0 and traced:
+        env["darshan"] = dict(darshan.info(traced), log=os.environ["DARSHAN_LOGFILE"])
     config = {k: v for k, v in vars(args).items() if k not in ("hint",)}
     config.update({
         "ranks": world.size, "nodes": world.nodes, "run_dir": out.path,
@@ -352,6 +372,7 @@ def train(run):
             done, t_start, t_end = _epoch(run, t, reader, plan, epoch, vote, bar)
             reader.mark_cache(end=True)
             d = delta(before, counters(reader))
+            d["os"] = os_view(d, t_end - t_start)
             for k, v in d.get("reader", {}).items():
                 t.read_totals[k] = t.read_totals.get(k, 0) + v
             t.epochs.append({"epoch": epoch, "steps": done, "setup_s": t_start - ts,
@@ -489,6 +510,9 @@ def write_results(run, t):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.darshan:  # before MPI starts: the preload must be there when the process starts
+        darshan.reexec_traced(args.darshan, darshan.shared_config(
+            darshan.dataset_files(args.data)), dxt=args.darshan_dxt)
     run = setup(args)
     write_results(run, train(run))
     return 0
