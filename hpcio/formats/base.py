@@ -1,10 +1,12 @@
-"""What every format module shares: a block of encoded records, a shard's result, and the
+"""What a format module is (:class:`Format`, :class:`ShardWriter`, :class:`NativeReader`)
+and what every format module shares: a block of encoded records, a shard's result, and the
 one-line translation of write failures (disk full above all)."""
 
 import ctypes
 import errno
 import os
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -13,8 +15,38 @@ from ..data.dataset import INDEX, KIND
 from ..errors import HpcioError
 from ..fsutil import free_bytes
 
-__all__ = ["Block", "ShardResult", "Spec", "shard_stem", "write_error", "sync_tree",
-           "fsync_path", "record_ranges", "index_manifest", "classes_of"]
+__all__ = ["Format", "ShardWriter", "NativeReader", "Block", "ShardResult", "Spec",
+           "shard_stem", "write_error", "sync_tree", "fsync_path", "record_ranges",
+           "index_manifest", "classes_of"]
+
+
+class ShardWriter(Protocol):
+    """Writes one shard: blocks in record order, then ``close`` describes it."""
+
+    def write(self, block: "Block") -> None: ...
+    def close(self) -> "ShardResult": ...
+    def abort(self) -> None: ...
+
+
+class NativeReader(Protocol):
+    """The format's own library, as a framework uses it (the naive reader)."""
+
+    opens: int  # files the library opened
+
+    def get(self, i: int) -> bytes: ...
+    def close(self) -> None: ...
+
+
+class Format(Protocol):
+    """A format module (the values of :data:`hpcio.formats.FORMATS`). ``index(path, out,
+    **options) -> (manifest, RecordIndex)``, for data made elsewhere, is optional."""
+
+    NAME: str
+
+    def Writer(self, root: str, k: int, lo: int, hi: int, spec: "Spec") -> ShardWriter: ...
+    def targets(self, k: int, spec: "Spec") -> list: ...
+    def manifest_keys(self, spec: "Spec") -> dict: ...
+    def open_native(self, ds) -> NativeReader: ...
 
 
 @dataclass

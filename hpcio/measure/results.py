@@ -60,11 +60,11 @@ class RunDir:
     """A run's results directory. :meth:`create` is collective: rank 0 makes it and
     broadcasts the path (or the error)."""
 
-    def __init__(self, path):
+    def __init__(self, path: str):
         self.path = path
 
     @classmethod
-    def create(cls, out, comm=None):
+    def create(cls, out: str, comm=None) -> "RunDir":
         """Claim ``out`` for this run: made here, or an existing empty directory; the
         claim is a marker file created with O_EXCL, so of two runs given the same
         ``out`` exactly one gets it and the other fails with one line, whatever the
@@ -91,21 +91,21 @@ class RunDir:
             return path
         return cls(on_root(comm, make, share=True))
 
-    def file(self, name):
+    def file(self, name: str) -> str:
         return os.path.join(self.path, name)
 
-    def json(self, name, obj, compact=False):
+    def json(self, name: str, obj, compact: bool = False) -> None:
         atomic_json(self.file(name), obj, compact=compact)
 
-    def yaml(self, name, obj):
+    def yaml(self, name: str, obj) -> None:
         data = yaml.safe_dump(obj, sort_keys=False, default_flow_style=False).encode()
         atomic_write(self.file(name), lambda f: f.write(data))
 
-    def text(self, name, text):
+    def text(self, name: str, text: str) -> None:
         data = text.encode()
         atomic_write(self.file(name), lambda f: f.write(data))
 
-    def npz(self, name, arrays):
+    def npz(self, name: str, arrays: dict) -> None:
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         atomic_write(self.file(name), lambda f: f.write(buf.getbuffer()))

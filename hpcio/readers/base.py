@@ -9,6 +9,7 @@ import os
 import resource
 import threading
 from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
@@ -17,6 +18,10 @@ from ..errors import HpcioError
 from ..formats import FORMATS
 from ..fsutil import aligned_empty
 from ..mpiutil import node_comm
+
+if TYPE_CHECKING:  # annotations only
+    from ..data.dataset import Dataset
+    from ..plan import Plan
 
 __all__ = ["Batch", "ReaderStats", "Reader", "BufferRing", "READERS", "register", "faults",
            "FileCheck", "size_error", "files_are_records", "ThreadIO", "Auto", "convert_option",
@@ -148,7 +153,7 @@ class ThreadIO:
             self.close()
             return None
 
-    def close(self):
+    def close(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
         self.tid, self.fd = None, None
@@ -294,7 +299,7 @@ class Reader:
 
     name = "?"
 
-    def __init__(self, dataset, comm, **options):
+    def __init__(self, dataset: "Dataset", comm=None, **options):
         self.ds = dataset
         self.comm = comm
         self.options = options
@@ -307,10 +312,10 @@ class Reader:
         self._cache0 = None
         self.stats.extra["cache_measured"] = len(dataset.index.files) <= MAX_CACHE_FILES
 
-    def epoch(self, plan):
+    def epoch(self, plan: "Plan") -> Iterator[Batch]:
         raise NotImplementedError
 
-    def mark_cache(self, end=False):
+    def mark_cache(self, end: bool = False) -> None:
         """The dataset's bytes in the page cache now (mincore), on the first rank of each
         node: at an epoch's ``end`` the gain since its start is added to
         ``stats.cache_gained_bytes``. The trainer calls it around every epoch."""
