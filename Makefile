@@ -8,8 +8,8 @@
 PY ?= python3
 VENV ?= .venv
 MPI ?= wheel
-EXTRAS_wheel = mpich,train,test,plot
-EXTRAS_system = train,test,plot
+EXTRAS_wheel = mpich,train,test,plot,analysis
+EXTRAS_system = train,test,plot,analysis
 BIN = $(abspath $(VENV))/bin
 
 .PHONY: run test setup clean-venv

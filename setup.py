@@ -26,6 +26,8 @@ setup(
         "gpu": ["nvidia-ml-py"],
         "darshan": ["darshan"],
         "plot": ["matplotlib"],
+        # python -m hpcio.analyze: figures, and Darshan's counters (PyDarshan brings pandas)
+        "analysis": ["matplotlib", "darshan"],
         "test": ["pytest>=7"],
     },
 )

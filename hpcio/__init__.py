@@ -15,8 +15,10 @@ Where things live (one home per concern)::
                 emulated compute, preprocessing pipeline, checkpoints, stop vote
     measure/    what a run measures: step accounting, system probes (/proc), the sampler
                 thread, the run directory
-    analysis/   figures and tables computed afterwards from what runs wrote
-    bench.py, demo.py, datagen.py, results.py   the other commands (``python -m
+    analysis/   figures and tables computed afterwards from what runs wrote: run summaries,
+                Darshan logs read into arrays, the tables, findings and scaling model of
+                the ``analyze`` command, and its report
+    bench.py, demo.py, datagen.py, results.py, analyze.py   the other commands (``python -m
                 hpcio.<command>``; ``results summarize`` for runs that did not finish)
     mpiutil.py  MPI patterns: work on rank 0 with errors raised everywhere, node
                 communicators, array broadcasts; mpicompat.py: MPI stacks known to break
@@ -28,10 +30,12 @@ decorated with ``@register``; a new per-step figure a column in measure/steps.py
 summary in analysis/summary.py; a new command a module with ``main`` run under
 ``errors.guard``.
 
-Two imports are deferred, and only these: mpi4py is imported inside the functions that
-use MPI (importing it initialises MPI), and torch only by the training modules (it takes
-seconds), so dataset tools and the analysis start without either. Every other import is
-at the top of its module.
+Three imports are deferred, and only these: mpi4py is imported inside the functions that
+use MPI (importing it initialises MPI), torch only by the training modules (it takes
+seconds), so dataset tools and the analysis start without either, and the analyze
+command's report (matplotlib, the ``[analysis]`` extra that compute nodes need not have)
+inside its ``main``, so a missing extra is one line. Every other import is at the top of
+its module.
 """
 
 __version__ = "0.1.0"

@@ -1,2 +1,4 @@
 """Post-hoc figures from what runs wrote: the run summary (AU, samples/s, MiB/s, stall) and
-the tables that put runs side by side. Pure functions over small dicts; no MPI."""
+the tables that put runs side by side; and ``python -m hpcio.analyze``'s parts: run and
+sweep directories read back (runs), Darshan logs (darshanlog), tables A-C (tables), rules
+(findings), the scaling model (model), figures (figures) and the report (report). No MPI."""

@@ -1,0 +1,141 @@
+"""The report's figures, drawn headless (matplotlib's Agg backend) into PNG files.
+
+Each function takes plain numbers (no run objects) and the PNG path, and returns the path.
+"""
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+import numpy as np  # noqa: E402
+
+from .model import predict  # noqa: E402
+
+__all__ = ["stall_vs_ranks", "breakdown", "heatmap", "bandwidth", "os_counters", "dxt_steps"]
+
+_FLOOR = 1e-5  # seconds: where a stall of 0 is drawn on a log axis
+
+
+def _save(fig, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def stall_vs_ranks(series, models, path):
+    """Stall per step (max over ranks) against P, log-log, per reader, with the model's
+    curve where it was fitted. series: {reader: [(P, stall_s)]}; models: {reader: model}."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    top = max(p for pts in series.values() for p, _ in pts)
+    for k, (reader, pts) in enumerate(sorted(series.items())):
+        color = f"C{k}"
+        P = np.array([p for p, _ in pts], float)
+        s = np.maximum([s for _, s in pts], _FLOOR)
+        ax.plot(P, s, "o", color=color, label=f"{reader} (measured)")
+        m = models.get(reader) or {}
+        if m.get("fitted"):
+            grid = np.geomspace(1, max(1024, top), 200)
+            coef = np.array(list(m["coef"].values()))
+            y = predict(coef, grid, m["bytes_step_rank"], m["b1"], m["bagg"], m["cycle_s"])
+            ax.plot(grid, np.maximum(y, _FLOOR), "-", color=color, alpha=0.7,
+                    label=f"{reader} model ({m['dominant']})")
+    computes = [m["compute_s"] for m in models.values() if m.get("compute_s")]
+    if computes:
+        ax.axhline(np.median(computes), color="grey", ls=":", label="compute per step")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel("stall per step, slowest rank (s)")
+    ax.set_title("Stall per step against ranks")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def breakdown(rows, path):
+    """Stacked bars per reader and P: compute, exposed fetch, prep, other, seconds per
+    step. rows: [{reader, ranks, compute_s, fetch_s, prep_s, other_s}]."""
+    readers = sorted({r["reader"] for r in rows})
+    fig, axes = plt.subplots(1, len(readers), figsize=(3.2 * len(readers) + 1, 3.8),
+                             squeeze=False, sharey=True)
+    parts = (("compute_s", "compute", "C2"), ("fetch_s", "exposed fetch", "C3"),
+             ("prep_s", "prep", "C1"), ("other_s", "other", "C7"))
+    for ax, reader in zip(axes[0], readers):
+        rs = sorted((r for r in rows if r["reader"] == reader), key=lambda r: r["ranks"])
+        x = np.arange(len(rs))
+        bottom = np.zeros(len(rs))
+        for key, label, color in parts:
+            v = np.array([r[key] for r in rs]) * 1000
+            ax.bar(x, v, bottom=bottom, color=color, label=label)
+            bottom += v
+        ax.set_xticks(x, [str(r["ranks"]) for r in rs])
+        ax.set_xlabel("ranks P")
+        ax.set_title(reader, fontsize=9)
+    axes[0][0].set_ylabel("ms per step (mean over ranks)")
+    axes[0][-1].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def heatmap(stall, title, path):
+    """Rank x step stall (ms) of one run."""
+    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.35 * stall.shape[0]))
+    im = ax.imshow(stall * 1000, aspect="auto", cmap="magma", interpolation="nearest")
+    ax.set_xlabel("step")
+    ax.set_ylabel("rank")
+    ax.set_yticks(range(stall.shape[0]))
+    ax.set_title(title, fontsize=9)
+    fig.colorbar(im, ax=ax, label="stall ms")
+    return _save(fig, path)
+
+
+def bandwidth(series, limit, path):
+    """Aggregate MiB/s delivered against P, per reader, with the storage limit (MiB/s)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for k, (reader, pts) in enumerate(sorted(series.items())):
+        pts = sorted(pts)
+        ax.plot([p for p, _ in pts], [v for _, v in pts], "o-", color=f"C{k}", label=reader)
+    if limit:
+        ax.axhline(limit, color="grey", ls="--", label=f"storage limit {limit:,.0f} MiB/s")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("ranks P")
+    ax.set_ylabel("MiB/s delivered (all ranks)")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def os_counters(series, path):
+    """Faults and context switches per sample against P, per reader.
+    series: {reader: [(P, majflt, minflt, ctx)]} (NaN where not recorded)."""
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
+    for k, (reader, pts) in enumerate(sorted(series.items())):
+        pts = sorted(pts)
+        P = [p[0] for p in pts]
+        for ax, j, label in zip(axes, (2, 1, 3), ("minor faults", "major faults",
+                                                  "context switches")):
+            ax.plot(P, [p[j] for p in pts], "o-", color=f"C{k}", label=reader)
+            ax.set_title(f"{label} per sample", fontsize=9)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("ranks P")
+    axes[0].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def dxt_steps(windows, reads, title, path):
+    """One run's steps against its DXT reads, per rank: the waits for a batch (red) and
+    each read (blue), seconds since the first step. windows/reads: {rank: (starts, ends)}."""
+    ranks = sorted(windows)
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.6 * len(ranks)))
+    for r in ranks:
+        a, b = windows[r]
+        ax.broken_barh(np.column_stack([a, b - a]), (r - 0.4, 0.35), color="C3",
+                       label="wait for batch" if r == ranks[0] else None)
+        a, b = reads.get(r, (np.zeros(0), np.zeros(0)))
+        if len(a):
+            ax.broken_barh(np.column_stack([a, np.maximum(b - a, 1e-4)]), (r + 0.05, 0.35),
+                           color="C0", label="read (DXT)" if r == ranks[0] else None)
+    ax.set_yticks(ranks)
+    ax.set_ylabel("rank")
+    ax.set_xlabel("seconds since the first step")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+    return _save(fig, path)

@@ -1,0 +1,475 @@
+"""The analysis of a set of runs, end to end, and the report it writes.
+
+:func:`analyse` joins the runs' own figures (Table A, C) with what Darshan saw (Table B),
+fits the scaling model per reader and storage (:mod:`hpcio.analysis.model`), applies the
+rules (:mod:`hpcio.analysis.findings`) and answers, for every rank count where the baseline
+reader ran beside another, why one stalls and the other does not. :func:`write` renders
+that into ``report.md``, a self-contained ``report.html`` (figures inline), one CSV per
+table, the PNGs and ``summary.json``, all inside the report directory.
+"""
+
+import base64
+import csv
+import html
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List
+
+import numpy as np
+
+from . import figures as fig
+from .findings import RULES, drishti, findings
+from .model import scaling
+from .tables import run_figures, table_a, table_b, table_c
+
+__all__ = ["Analysis", "analyse", "write", "FORMATS"]
+
+FORMATS = ("html", "md", "json")
+
+
+@dataclass
+class Analysis:
+    runs: list
+    figures: Dict[str, dict]
+    tables: list
+    models: Dict[str, dict]
+    findings: list
+    answers: List[str]
+    problems: List[str]
+    notes: List[str]
+    baseline: str
+    scaled: list = field(default_factory=list)   # the runs in the scaling part
+    drishti: Dict[str, str] = field(default_factory=dict)
+
+
+def _storage(run):
+    """Where the run read from: the file-system type and the data path."""
+    return f"{(run.env.get('data') or {}).get('fs_type', '?')}:{run.data_path}"
+
+
+def _series(run):
+    return (run.dataset, _storage(run))
+
+
+def _mixed(runs, allow_mixed, problems):
+    """The runs that go into the scaling part: all with --allow-mixed (each dataset and
+    storage its own series), else those of the first run's dataset and storage."""
+    if allow_mixed or not runs:
+        return list(runs)
+    first = _series(runs[0])
+    keep = [r for r in runs if _series(r) == first]
+    for r in runs:
+        if _series(r) != first:
+            problems.append(f"{r.path}: data {r.dataset} on {_storage(r)} differs from "
+                            f"{first[0]} on {first[1]} of {runs[0].name}; left out of the "
+                            f"scaling tables (--allow-mixed keeps every dataset, each its own)")
+    return keep
+
+
+def _limits(runs, figures, storage_mibs):
+    """(B1, Bagg) in B/s for the runs' storage: the given aggregate limit (B1: the most one
+    rank alone delivered, at most that), else the most any run delivered (Bagg) and the
+    most one rank alone delivered (B1): lower bounds."""
+    fs = [(r, figures[r.path]) for r in runs if figures.get(r.path)]
+    agg = max((f["mib_s"] for _, f in fs), default=0.0)
+    one = max((f["mib_s"] for r, f in fs if r.ranks == 1), default=0.0)
+    bagg = (storage_mibs or agg or 1.0) * 2 ** 20
+    b1 = min(one * 2 ** 20, bagg) or bagg
+    return b1, bagg
+
+
+def _models(scaled, figures, storage_mibs):
+    """The scaling model per (reader, dataset, storage), with the limits of that storage
+    from every reader's runs on it (without the largest P for the check)."""
+    models, groups = {}, {}
+    for r in scaled:
+        if figures.get(r.path):
+            groups.setdefault((r.reader, r.dataset, _storage(r)), []).append(r)
+    multi = len({k[1:] for k in groups}) > 1
+    for (reader, ds, st), rs in sorted(groups.items()):
+        fs = [figures[r.path] for r in rs]
+        on = [r for r in scaled if _storage(r) == st]
+        top = max(r.ranks for r in rs)
+        limits = _limits(on, figures, storage_mibs)
+        x = float(np.mean([f["bytes_step_rank"] for f in fs]))
+        compute = float(np.median([f["compute_s"] for f in fs]))
+        rest = float(np.median([f["rest_s"] for f in fs]))
+        m = scaling([(r.ranks, f["stall_max_s"]) for r, f in zip(rs, fs)], x, limits,
+                    _limits([r for r in on if r.ranks < top], figures, storage_mibs),
+                    compute, rest, bounded=bool(storage_mibs))
+        m.update(reader=reader, dataset=ds, storage=st, b1=limits[0], bagg=limits[1],
+                 limits="given" if storage_mibs else "observed: lower bounds",
+                 bytes_step_rank=x, compute_s=compute,
+                 cycle_s=(compute + rest) if storage_mibs else None)
+        models[f"{reader} | {ds} | {st}" if multi else reader] = m
+    return models
+
+
+def _fmt(x, spec="{:.1f}"):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "n/a"
+    return spec.format(x)
+
+
+def _dxt_text(reader, d):
+    if not d.get("dxt_io_s"):
+        return ""
+    return (f" DXT: of {reader}'s {d['dxt_io_s']:.3f} s of reads during the steps, "
+            f"{d['dxt_exposed_first_s']:.3f} s were inside the wait of an epoch's first step "
+            f"(pipeline start-up, outside AU), {d['dxt_exposed_s']:.3f} s inside later steps' "
+            f"waits and {d['dxt_overlapped_s']:.3f} s overlapped compute.")
+
+
+def _answer(base, other, fb, fo):
+    """Why one of two runs at the same P stalls and the other does not, in numbers from
+    hpcio (stall, fetch, AU, faults) and from Darshan (coverage, requests, DXT)."""
+    (worse, fw), (better, fbt) = sorted([(base, fb), (other, fo)],
+                                        key=lambda rf: -rf[1]["stall_max_s"])
+    dw, dbt, ow = fw.get("darshan") or {}, fbt.get("darshan") or {}, fw.get("os") or {}
+    text = (f"**{worse.reader} vs {better.reader} at {worse.ranks} rank(s)** ({worse.name}, "
+            f"{better.name}): hpcio measured a stall of {fw['stall_pct']:.1f}% of the step for "
+            f"{worse.reader} ({1000 * fw['stall_max_s']:.1f} ms per step on the slowest rank, "
+            f"fetch {fw['fetch_pct']:.1f}%, AU {fw['au_pct']:.1f}%) against "
+            f"{fbt['stall_pct']:.1f}% for {better.reader} ({1000 * fbt['stall_max_s']:.1f} ms, "
+            f"AU {fbt['au_pct']:.1f}%).")
+    cov = dw.get("coverage", float("nan"))
+    if cov < 0.5:
+        text += (f" Darshan saw {100 * cov:.1f}% of the {fw['delivered_bytes'] / 2 ** 20:,.1f}"
+                 f" MiB {worse.reader} delivered ({dw.get('posix_bytes_rank', 0):,.0f} B per "
+                 f"rank in POSIX, the manifest, index and meta pages): its record reads are "
+                 f"page faults on a memory map, taken one at a time inside the reader's call "
+                 f"while the step waits; the OS counted {_fmt(ow.get('majflt'), '{:,.2f}')} "
+                 f"major and {_fmt(ow.get('minflt'), '{:,.1f}')} minor faults per sample.")
+    elif dw:
+        text += (f" Darshan saw {worse.reader} read {_fmt(dw.get('reads'), '{:,.0f}')} times "
+                 f"(mean {_fmt(dw.get('mean_request'), '{:,.0f}')} B, small share "
+                 f"{_fmt(dw.get('small_share'), '{:.2f}')}, random share "
+                 f"{_fmt(dw.get('random_share'), '{:.2f}')}), coverage {_fmt(cov, '{:.2f}')}.")
+    text += _dxt_text(worse.reader, dw)
+    if dbt:
+        mp = dbt.get("mpiio_bytes_rank")
+        text += (f" {better.reader}: Darshan saw {_fmt(dbt.get('reads'), '{:,.0f}')} POSIX "
+                 f"reads of mean {_fmt(dbt.get('mean_request'), '{:,.0f}')} B"
+                 + (f" under {dbt.get('mpiio_reads_rank', 0) * better.ranks:,.0f} MPI-IO "
+                    f"reads ({dbt.get('mpiio_coll_reads', 0):,.0f} collective, "
+                    f"{dbt.get('mpiio_indep_reads', 0):,.0f} independent; {mp:,.0f} B per "
+                    f"rank)" if mp else "")
+                 + f", coverage {_fmt(dbt.get('coverage'), '{:.2f}')}."
+                 + _dxt_text(better.reader, dbt))
+    return text
+
+
+def _answers(runs, figures, baseline):
+    out = []
+    by = {}
+    for r in runs:
+        if figures.get(r.path):
+            by.setdefault((_series(r), r.ranks), []).append(r)
+    for key, rs in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        base = [r for r in rs if r.config.get("reader") == baseline]
+        others = [r for r in rs if r.config.get("reader") != baseline]
+        if base and others:
+            for o in others:
+                out.append(_answer(base[0], o, figures[base[0].path], figures[o.path]))
+    return out
+
+
+def analyse(runs, problems=(), notes=(), baseline="naive", allow_mixed=False,
+            storage_mibs=None, drishti_dir=None):
+    """Everything the report says about ``runs`` (see the module docstring)."""
+    problems = list(problems) + [p for r in runs for p in r.problems]
+    notes = list(notes) + [f"{r.name}: {n}" for r in runs for n in r.notes]
+    figures = {r.path: run_figures(r) for r in runs}
+    scaled = _mixed(runs, allow_mixed, problems)
+    tables = [table_a(scaled, figures), table_b(runs, figures), table_c(runs, figures)]
+    models = _models(scaled, figures, storage_mibs)
+    a = Analysis(runs, figures, tables, models, findings(runs, figures),
+                 _answers(runs, figures, baseline), problems, notes, baseline, scaled)
+    if drishti_dir:
+        for r in runs:
+            for log in r.logs:
+                text = drishti(log.path, drishti_dir)
+                if text is None:
+                    break
+                a.drishti[log.path] = text
+    return a
+
+
+# --- figures ---------------------------------------------------------------------------
+
+
+def _draw(a, out):
+    """The PNGs: [(file name, caption)]."""
+    made = []
+    rows = a.tables[0].rows
+    if rows:
+        key = lambda r: f"{r['reader']}" if len({x['dataset'] for x in rows}) == 1 \
+            else f"{r['reader']} {r['dataset']}"
+        series, bw, osc = {}, {}, {}
+        for r in a.scaled:
+            f = a.figures.get(r.path)
+            if not f:
+                continue
+            series.setdefault(r.reader, []).append((r.ranks, f["stall_max_s"]))
+            bw.setdefault(r.reader, []).append((r.ranks, f["mib_s"]))
+            o = f.get("os") or {}
+            osc.setdefault(r.reader, []).append(
+                (r.ranks, o.get("majflt", np.nan), o.get("minflt", np.nan),
+                 o.get("nvcsw", np.nan) + o.get("nivcsw", np.nan)))
+        if len({p for pts in series.values() for p, _ in pts}) > 1:
+            models = {m["reader"]: m for m in a.models.values()}
+            made.append((fig.stall_vs_ranks(series, models, os.path.join(out, "stall-vs-ranks.png")),
+                         "Stall per step (slowest rank) against ranks, with the model's fit"))
+            limit = max((m["bagg"] for m in a.models.values()), default=0) / 2 ** 20
+            made.append((fig.bandwidth(bw, limit, os.path.join(out, "bandwidth.png")),
+                         "Aggregate MiB/s delivered against ranks; the line: the storage "
+                         "limit (given, or the most any run delivered)"))
+            made.append((fig.os_counters(osc, os.path.join(out, "os-counters.png")),
+                         "Faults and context switches per sample against ranks"))
+        made.append((fig.breakdown(
+            [{"reader": key(r), "ranks": r["ranks"], "compute_s": r["compute_s"],
+              "fetch_s": r["fetch_s"], "prep_s": r["prep_s"],
+              "other_s": r["stall_other_s"] + r["rest_s"]} for r in rows],
+            os.path.join(out, "breakdown.png")),
+            "Seconds per step by P: compute, the wait for the reader (exposed fetch), "
+            "preprocessing, the rest"))
+    worst = max((r for r in a.runs if a.figures.get(r.path)),
+                key=lambda r: (a.figures[r.path]["stall_max_s"], r.ranks), default=None)
+    if worst is not None:
+        s = worst.steps
+        stall = s["fetch"] + s["prep"] + s["stall_other"]
+        made.append((fig.heatmap(stall, f"stall per rank and step: {worst.name}",
+                                 os.path.join(out, "heatmap.png")),
+                     f"Rank x step stall of the run that stalls most ({worst.name})"))
+    traced = [r for r in a.runs if r.logs and len(r.logs[0].dxt) and a.figures.get(r.path)
+              and all(i and "origin_unix" in i for i in r.rank_info)]
+    if traced:
+        r = max(traced, key=lambda r: (a.figures[r.path]["stall_max_s"], r.ranks))
+        made.append((_dxt_figure(r, os.path.join(out, "dxt-steps.png")),
+                     f"{r.name}: the waits for a batch against the reads DXT traced"))
+    return made
+
+
+def _dxt_figure(run, path):
+    log, s = run.logs[0], run.steps
+    d = log.dxt[~log.dxt["write"] & np.isin(log.dxt["id"], log.file_ids(run.data_path))]
+    posix = d["module"] == 0
+    d = d[posix] if posix.any() else d
+    t_first = min(i["origin_unix"] + s["t0"][r, 0] for r, i in enumerate(run.rank_info))
+    windows, reads = {}, {}
+    for r, info in enumerate(run.rank_info):
+        base = info["origin_unix"] - t_first
+        t0 = s["t0"][r] + base
+        windows[r] = (t0, t0 + s["fetch"][r] + s["prep"][r] + s["stall_other"][r])
+        seg = d[d["rank"] == r]
+        shift = log.start - t_first
+        reads[r] = (seg["start"] + shift, seg["end"] + shift)
+    return fig.dxt_steps(windows, reads, f"{run.name}: waits for a batch and DXT reads", path)
+
+
+# --- rendering -------------------------------------------------------------------------
+
+
+def _cell(v, spec):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    try:
+        return spec.format(v)
+    except (ValueError, TypeError):
+        return str(v)
+
+
+def _blocks(a, pngs):
+    """The report as blocks: ("h", text), ("p", text), ("ul", [text]), ("table", Table),
+    ("img", file, caption), ("pre", text)."""
+    b = [("h", "hpcio analysis"),
+         ("p", f"{len(a.runs)} run(s); baseline reader: {a.baseline}. Definitions: "
+               "hpcio.measure.steps (step accounting), hpcio.analysis.tables (tables), "
+               "hpcio.analysis.model (scaling model).")]
+    if a.problems:
+        b += [("h", "Gaps in the input"), ("ul", a.problems)]
+    if a.answers:
+        b += [("h", f"Why {a.baseline} stalls and the other reader does not"),
+              ("ul", a.answers)]
+    b.append(("h", "Scaling model"))
+    if not a.models:
+        b.append(("p", "No run with step records: nothing to fit."))
+    for name, m in a.models.items():
+        b.append(("p", _model_text(name, m)))
+    b.append(("h", "Findings"))
+    if a.findings:
+        b.append(("table", _findings_table(a.findings)))
+    else:
+        b.append(("p", "No rule fired."))
+    b.append(("p", "Rules and thresholds: " + "; ".join(
+        f"{r.name} ({r.source}: {r.threshold})" for r in RULES) + "."))
+    for t in a.tables:
+        b += [("h", t.title), ("table", t), ("p", t.note)]
+    for name, caption in pngs:
+        b.append(("img", name, caption))
+    for path, text in a.drishti.items():
+        b += [("h", f"Drishti: {os.path.basename(path)}"), ("pre", text)]
+    if a.notes:
+        b += [("h", "Notes on the input"), ("ul", a.notes)]
+    return b
+
+
+def _model_text(name, m):
+    if not m["fitted"]:
+        return f"**{name}**: not fitted: {m['why']}."
+    c = m["coef"]
+    pred = ", ".join(f"P={p['P']}: {1000 * p['stall_s']:.1f} ms, AU {p['au_pct']:.0f}%"
+                     + (" (storage bound)" if p["storage_bound"] else "")
+                     for p in m["predict"])
+    terms = ", ".join(f"{k} {1000 * v:.2f} ms" for k, v in m["terms_at_max_P"].items())
+    at = m["stall_exceeds_compute_at"]
+    text = (f"**{name}** ({m['points']} runs at P = {', '.join(map(str, m['ranks']))}; "
+            f"storage {m['storage']}, BW(P) = min({m['b1'] / 2 ** 20:,.0f}, "
+            f"{m['bagg'] / 2 ** 20:,.0f}/P) MiB/s, {m['limits']}): t_stall(P) = max(0, "
+            f"{1000 * c['a_s']:.3f} ms + {c['b']:.3f} (x/BW(P) - x/B1) + "
+            f"{1000 * c['c_s_per_rank']:.4f} ms x P + {1000 * c['d_s_per_doubling']:.3f} ms x "
+            f"log2 P), x = "
+            f"{m['bytes_step_rank']:,.0f} B per step and rank; RMS error "
+            f"{1000 * m['rms_error_s']:.2f} ms. At P={m['max_P']}: {terms}; dominant: "
+            f"**{m['dominant']}**. Predicted: {pred}. Stall exceeds compute "
+            f"({1000 * m['compute_s']:.1f} ms per step) "
+            + (f"from P = {at}." if at else "at no P up to 2^20.")
+            + ("" if m["cycle_s"] else " The storage's limit is unknown (no --storage-mibs):"
+               " the predictions assume it keeps up."))
+    loo = m.get("loo")
+    if loo:
+        text += (f" Check (leave-one-out): fitted on P = {', '.join(map(str, loo['fitted_on']))}"
+                 f" only, the model predicts {1000 * loo['predicted_s']:.2f} ms at "
+                 f"P={loo['P']} against {1000 * loo['measured_s']:.2f} ms measured: error "
+                 f"{1000 * loo['error_s']:+.2f} ms ({_fmt(loo['error_pct'], '{:+.0f}')}%).")
+    else:
+        text += " No leave-one-out check: too few rank counts below the largest."
+    return text
+
+
+def _findings_table(fs):
+    from .tables import Table
+    return Table("findings", "Findings",
+                 [("run", "run", "{}"), ("rule", "rule", "{}"), ("source", "source", "{}"),
+                  ("what", "numbers", "{}"), ("advice", "recommendation", "{}")],
+                 [asdict(f) for f in fs])
+
+
+def _md(blocks):
+    out = []
+    for blk in blocks:
+        kind = blk[0]
+        if kind == "h":
+            out.append(("# " if blk[1] == "hpcio analysis" else "## ") + blk[1])
+        elif kind == "p":
+            out.append(blk[1])
+        elif kind == "ul":
+            out.append("\n".join(f"- {x}" for x in blk[1]))
+        elif kind == "pre":
+            out.append("```\n" + blk[1] + "\n```")
+        elif kind == "img":
+            out.append(f"![{blk[2]}]({blk[1]})\n\n*{blk[2]}*")
+        elif kind == "table":
+            t = blk[1]
+            head = [lbl for _, lbl, _ in t.columns]
+            rows = [[_cell(r.get(k), spec).replace("|", "/") for k, _, spec in t.columns]
+                    for r in t.rows]
+            out.append("\n".join(["| " + " | ".join(head) + " |",
+                                  "|" + "---|" * len(head)]
+                                 + ["| " + " | ".join(r) + " |" for r in rows])
+                       if rows else "(no rows)")
+    return "\n\n".join(out) + "\n"
+
+
+def _inline(text):
+    """Markdown's **bold** as HTML, the rest escaped."""
+    parts = html.escape(text).split("**")
+    return "".join(f"<b>{p}</b>" if k % 2 else p for k, p in enumerate(parts))
+
+
+def _html(blocks, out):
+    body = []
+    for blk in blocks:
+        kind = blk[0]
+        if kind == "h":
+            tag = "h1" if blk[1] == "hpcio analysis" else "h2"
+            body.append(f"<{tag}>{html.escape(blk[1])}</{tag}>")
+        elif kind == "p":
+            body.append(f"<p>{_inline(blk[1])}</p>")
+        elif kind == "ul":
+            body.append("<ul>" + "".join(f"<li>{_inline(x)}</li>" for x in blk[1]) + "</ul>")
+        elif kind == "pre":
+            body.append(f"<pre>{html.escape(blk[1])}</pre>")
+        elif kind == "img":
+            with open(os.path.join(out, blk[1]), "rb") as f:
+                data = base64.b64encode(f.read()).decode()
+            body.append(f'<figure><img src="data:image/png;base64,{data}" alt="'
+                        f'{html.escape(blk[2])}"><figcaption>{html.escape(blk[2])}'
+                        f"</figcaption></figure>")
+        elif kind == "table":
+            t = blk[1]
+            head = "".join(f"<th>{html.escape(lbl)}</th>" for _, lbl, _ in t.columns)
+            rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(k), spec))}</td>"
+                                            for k, _, spec in t.columns) + "</tr>"
+                           for r in t.rows)
+            body.append(f"<table><tr>{head}</tr>{rows}</table>")
+    style = ("body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}"
+             "table{border-collapse:collapse;font-size:12px;margin:.5em 0}"
+             "td,th{border:1px solid #ccc;padding:2px 5px;text-align:right}"
+             "th{background:#eee}img{max-width:100%}figcaption{font-size:13px;color:#444}")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>hpcio analysis</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def _clean(x):
+    """JSON-safe: NaN and inf as null, numpy scalars as Python numbers."""
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _csv(t, path):
+    keys = [k for k, _, _ in t.columns]
+    keys += sorted({k for r in t.rows for k in r} - set(keys))
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(keys)
+        for r in t.rows:
+            w.writerow(["" if _clean(r.get(k)) is None else _clean(r.get(k)) for k in keys])
+
+
+def write(a, out, formats=FORMATS):
+    """Write the report into ``out`` (see the module docstring); returns the files."""
+    os.makedirs(out, exist_ok=True)
+    files = []
+    for t in a.tables:
+        files.append(os.path.join(out, f"{t.name}.csv"))
+        _csv(t, files[-1])
+    pngs = [(os.path.basename(p), c) for p, c in _draw(a, out)]
+    files += [os.path.join(out, p) for p, _ in pngs]
+    blocks = _blocks(a, pngs)
+    if "md" in formats:
+        files.append(os.path.join(out, "report.md"))
+        with open(files[-1], "w") as f:
+            f.write(_md(blocks))
+    if "html" in formats:
+        files.append(os.path.join(out, "report.html"))
+        with open(files[-1], "w") as f:
+            f.write(_html(blocks, out))
+    if "json" in formats:
+        files.append(os.path.join(out, "summary.json"))
+        doc = {"runs": [r.path for r in a.runs], "baseline": a.baseline,
+               "problems": a.problems, "notes": a.notes, "answers": a.answers,
+               "models": a.models, "findings": [asdict(f) for f in a.findings],
+               "tables": {t.name: t.rows for t in a.tables}, "drishti": a.drishti}
+        with open(files[-1], "w") as f:
+            json.dump(_clean(doc), f, indent=1)
+    return files

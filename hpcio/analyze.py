@@ -1,0 +1,93 @@
+"""``python -m hpcio.analyze``: Darshan traces and the runs' own counters explain how stall
+scales.
+
+    python -m hpcio.analyze sweeps/pfs -o reports/pfs
+    python -m hpcio.analyze runs/a runs/b sweeps/s -o out --format html,md --baseline naive
+
+Takes run directories, sweep directories (``python -m hpcio.sweep``) or directories holding
+either, reads every run's step records, counters and Darshan logs (``RUN/darshan/*.darshan``)
+and writes into ``-o`` only: ``report.html`` (self-contained), ``report.md``, ``table-a.csv``
+(per reader x format x ranks), ``table-b.csv`` (what Darshan saw), ``table-c.csv`` (the OS's
+counters per sample), the PNG figures and ``summary.json``. Runs at several rank counts get
+the scaling model (``hpcio.analysis.model``). Input it cannot use (a missing, truncated or
+foreign log, a run cut short, an older run format, runs of several datasets without
+``--allow-mixed``) is one line each on stderr and a gap stated in the report, which is made
+from the rest; the exit code is then 1.
+"""
+
+import os
+import sys
+
+from .analysis.runs import load
+from .cli import ArgumentParser, ExamplesFormatter
+from .errors import HpcioError, guard
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser():
+    p = ArgumentParser(prog="python -m hpcio.analyze", description=__doc__.split("\n\n")[0],
+                       formatter_class=ExamplesFormatter,
+                       epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    p.add_argument("inputs", nargs="+", metavar="RUN_OR_SWEEP",
+                   help="run directories, sweep directories, or directories of them")
+    p.add_argument("-o", "--out", required=True, metavar="REPORT_DIR",
+                   help="where the report goes (made if missing; nothing is written "
+                        "elsewhere)")
+    p.add_argument("--format", default="html,md,json",
+                   help="report formats: html, md, json (the CSV tables and PNGs always)")
+    p.add_argument("--baseline", default="naive",
+                   help="the reader the others are compared with")
+    p.add_argument("--allow-mixed", action="store_true",
+                   help="put runs of several datasets (or storages) in the scaling part, "
+                        "each its own series")
+    p.add_argument("--storage-mibs", type=float, default=None, metavar="MIB_S",
+                   help="the storage's aggregate bandwidth for the model (default: the "
+                        "most any analysed run delivered, a lower bound)")
+    p.add_argument("--no-drishti", action="store_true",
+                   help="do not run drishti on the logs even when it is installed")
+    return p
+
+
+def main(argv=None):
+    a = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:  # matplotlib: the [analysis] extra (see hpcio/__init__.py)
+        from .analysis.report import FORMATS, analyse, write
+    except ImportError as e:
+        raise HpcioError(f"{e.name or e} is missing: pip install 'hpcio[analysis]'") from None
+
+    formats = [f.strip() for f in a.format.split(",") if f.strip()]
+    bad = [f for f in formats if f not in FORMATS]
+    if bad:
+        raise HpcioError(f"--format {a.format}: unknown {', '.join(bad)} (choose from "
+                         f"{', '.join(FORMATS)})")
+    out = os.path.abspath(a.out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise HpcioError(f"-o {a.out}: exists and is not a directory")
+    runs, problems, notes = load(a.inputs)
+    if not runs:
+        raise HpcioError("no run to analyse: " + ("; ".join(problems) or
+                                                  "no run directory under the inputs"))
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        raise HpcioError(f"-o {a.out}: {e.strerror}") from None
+    analysis = analyse(runs, problems, notes, baseline=a.baseline,
+                       allow_mixed=a.allow_mixed, storage_mibs=a.storage_mibs,
+                       drishti_dir=None if a.no_drishti else os.path.join(out, "drishti"))
+    files = write(analysis, out, formats)
+    for p in analysis.problems:
+        print(f"hpcio.analyze: {p}", file=sys.stderr)
+    print(f"hpcio.analyze: {len(runs)} run(s), {len(analysis.findings)} finding(s), "
+          f"{len(analysis.problems)} gap(s); {len(files)} files in {out}")
+    for m in analysis.models.values():
+        if m.get("fitted") and m.get("loo"):
+            loo = m["loo"]
+            print(f"  {m['reader']}: leave-one-out at P={loo['P']}: predicted "
+                  f"{1000 * loo['predicted_s']:.2f} ms, measured {1000 * loo['measured_s']:.2f}"
+                  f" ms per step ({1000 * loo['error_s']:+.2f} ms)")
+    return 1 if analysis.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(guard(main, prog="hpcio.analyze"))
