@@ -133,9 +133,11 @@ def dxt_steps(windows, reads, title, path):
         if len(a):
             ax.broken_barh(np.column_stack([a, np.maximum(b - a, 1e-4)]), (r + 0.05, 0.35),
                            color="C0", label="read (DXT)" if r == ranks[0] else None)
+    end = max(float(b.max()) for _, b in windows.values())
+    ax.set_xlim(-0.05 * end, 1.02 * end)
     ax.set_yticks(ranks)
     ax.set_ylabel("rank")
-    ax.set_xlabel("seconds since the first step")
+    ax.set_xlabel("seconds since the first step (reads before it are off the left)")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper right")
     return _save(fig, path)

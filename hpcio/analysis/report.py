@@ -245,10 +245,15 @@ def _draw(a, out):
                      f"Rank x step stall of the run that stalls most ({worst.name})"))
     traced = [r for r in a.runs if r.logs and len(r.logs[0].dxt) and a.figures.get(r.path)
               and all(i and "origin_unix" in i for i in r.rank_info)]
-    if traced:
-        r = max(traced, key=lambda r: (a.figures[r.path]["stall_max_s"], r.ranks))
-        made.append((_dxt_figure(r, os.path.join(out, "dxt-steps.png")),
-                     f"{r.name}: the waits for a batch against the reads DXT traced"))
+    if traced:  # the run that stalls most, and the one whose traced reads took longest
+        most = max(traced, key=lambda r: (a.figures[r.path]["stall_max_s"], r.ranks))
+        busiest = max(traced, key=lambda r: (a.figures[r.path].get("darshan") or {}).get(
+            "dxt_io_s", 0.0))
+        for r in [most] + ([busiest] if busiest is not most else []):
+            name = f"dxt-steps-{r.name}.png"
+            made.append((_dxt_figure(r, os.path.join(out, name)),
+                         f"{r.name}: the waits for a batch (red) against the reads of the "
+                         f"dataset DXT traced (blue), per rank"))
     return made
 
 
