@@ -79,7 +79,8 @@ def main(argv=None):
     for p in analysis.problems:
         print(f"hpcio.analyze: {p}", file=sys.stderr)
     print(f"hpcio.analyze: {len(runs)} run(s), {len(analysis.findings)} finding(s), "
-          f"{len(analysis.problems)} gap(s); {len(files)} files in {out}")
+          f"{len(analysis.problems)} gap(s), {len(analysis.notes)} note(s) on what the runs "
+          f"did not record; {len(files)} files in {out}")
     for m in analysis.models.values():
         if m.get("fitted") and m.get("loo"):
             loo = m["loo"]
