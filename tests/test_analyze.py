@@ -98,18 +98,26 @@ def test_model_recovers_its_terms_and_predicts_the_left_out_rank_count():
     b1, bagg = 100e6, 400e6
     x = 1e6
     truth = np.array([0.002, 0.5, 0.0003, 0.0])  # fixed, bandwidth share, grows with P
-    P = [1, 2, 4, 8, 16]
+    P = [1, 2, 4, 8, 16, 32]  # the storage saturates past P = 4
     stall = model.design(P, x, b1, bagg) @ truth
     m = model.scaling(list(zip(P, stall)), x, (b1, bagg), (b1, bagg), 0.02, 0.001)
     assert m["fitted"] and np.allclose(list(m["coef"].values()), truth, atol=1e-6)
-    assert m["dominant"] == "bandwidth share"  # at P=16: 0.5 * 1e6 * (16/4e8 - 1/1e8)
-    assert abs(m["loo"]["error_s"]) < 1e-6 and m["loo"]["fitted_on"] == [1, 2, 4, 8]
+    assert m["dominant"] == "bandwidth share"  # at P=32: 0.5 * 1e6 * (32/4e8 - 1/1e8)
+    assert abs(m["loo"]["error_s"]) < 1e-6 and m["loo"]["fitted_on"] == [1, 2, 4, 8, 16]
     assert m["stall_exceeds_compute_at"] == 16  # 2 ms + 15 ms + 4.8 ms > 20 ms
     # with the storage's limit given, no prediction is below what the storage can feed
     m = model.scaling(list(zip(P, stall)), x, (b1, bagg), (b1, bagg), 0.02, 0.001,
                       bounded=True)
     p1024 = [p for p in m["predict"] if p["P"] == 1024][0]
     assert p1024["stall_s"] >= 1024 * x / bagg - 0.021 - 1e-9 and p1024["storage_bound"]
+
+
+def test_a_term_seen_at_one_rank_count_is_not_fitted():
+    """From P = 1 and 2, log2 P is non-zero at one point only: fitting it would turn that
+    point's noise into a slope."""
+    coef = model.fit([1, 2], [0.030, 0.020], 1e6, 1e8, 4e8)
+    assert coef[3] == 0 and coef[1] == 0
+    assert model.predict(coef, [4], 1e6, 1e8, 4e8)[0] == pytest.approx(0.025)
 
 
 def test_too_few_rank_counts_are_said_not_fitted():
@@ -202,7 +210,8 @@ def test_fixture_sweep_answers_why_naive_stalls(tmp_path):
         m = doc["models"][reader]
         assert m["fitted"] and m["ranks"] == [1, 2, 4]
         assert m["loo"]["P"] == 4 and m["loo"]["fitted_on"] == [1, 2]
-    assert abs(doc["models"]["naive"]["loo"]["error_s"]) < 0.01
+    assert abs(doc["models"]["naive"]["loo"]["error_s"]) < 0.01          # 4.5 of 20.6 ms
+    assert abs(doc["models"]["coordinated"]["loo"]["error_s"]) < 0.001   # 0.02 of 0.09 ms
     why = " ".join(doc["answers"])
     assert len(doc["answers"]) == 3
     assert "Darshan saw 0.1% of the" in why and "page faults on a memory map" in why

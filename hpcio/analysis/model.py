@@ -85,8 +85,17 @@ def design(P, x, b1, bagg):
 
 
 def fit(P, stall, x, b1, bagg):
-    """Coefficients (a, b, c, d) fitted to the points (see the module docstring)."""
-    return nnls(design(P, x, b1, bagg), stall, free=[0])
+    """Coefficients (a, b, c, d) fitted to the points (see the module docstring). A term
+    that is zero at all but one of the rank counts (log2 P with P = 1 and 2; the bandwidth
+    share saturating only at the largest) would fit that one point's noise exactly and
+    extrapolate it: it is left out (0)."""
+    A = design(P, x, b1, bagg)
+    P = np.asarray(P, float)
+    support = [len(np.unique(P[np.abs(A[:, j]) > 0])) for j in range(A.shape[1])]
+    use = [0] + [j for j in range(1, A.shape[1]) if support[j] >= 2]
+    coef = np.zeros(A.shape[1])
+    coef[use] = nnls(A[:, use], stall, free=[0])
+    return coef
 
 
 def predict(coef, P, x, b1, bagg, cycle=None):
