@@ -341,8 +341,8 @@ def test_cut_short_and_older_runs_are_said(tmp_path):
     with open(out / "report.md") as f:
         md = f.read()
     assert "older format: no origin_unix in rank-R.json" in md
-    assert "minor faults, major faults, voluntary ctx switches (sleeps), involuntary ctx " \
-           "switches" in md  # what the older run's counters lack
+    assert "minor faults, major faults, voluntary ctx switches, involuntary ctx switches" \
+        in md  # what the older run's counters lack
     with open(out / "table-a.csv") as f:
         assert sum(1 for _ in f) == 1 + 3  # the run without rank-3.npz has no step rows
 
@@ -415,9 +415,49 @@ def test_sweep_at_1_2_3_ranks(tmp_path):
     assert doc["tables"]["table-b"] == []
     assert sum("not traced with Darshan" in n for n in doc["notes"]) == 6
     c = doc["tables"]["table-c"]
-    assert all(r["minflt"] is not None and r["rchar"] > 0 for r in c)
+    assert all(r["minflt"] is not None and r["rchar"] > 0 and r["sleep_us"] is not None
+               and r["cache_gained"] is not None and r["lacks"] == "" for r in c)
     with open(os.path.join(sweep, "sweep.json")) as f:
         run_dirs = [r["run_dir"] for r in json.load(f)["runs"]]
     assert doc["runs"] == run_dirs
     with open(os.path.join(run_dirs[0], "config.yaml")) as f:
         assert yaml.safe_load(f)["ranks"] == 1
+
+
+def _libdarshan():
+    lib = os.environ.get("HPCIO_DARSHAN") or os.path.join(ROOT, ".darshan", "lib",
+                                                          "libdarshan.so")
+    if not os.path.isfile(lib):
+        pytest.skip(f"no Darshan runtime at {lib} (scripts/darshan-local.sh build, or "
+                    f"HPCIO_DARSHAN=LIB)")
+    return lib
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_traced_sweep_is_read_with_its_logs(tmp_path):
+    """A sweep traced with Darshan and DXT (hpcio.train --darshan --darshan-dxt): every run's
+    log is its own, the coordinated reader's MPI-IO bytes are in Table B, and its reads are
+    placed among the steps."""
+    lib = _libdarshan()
+    _counters()
+    ds = make_dataset(tmp_path, "packed", "raw", records=96)
+    sweep = tmp_path / "sweep"
+    p = run_py(["-m", "hpcio.sweep", "--data", ds.root, "--ranks", "1,2,3", "--reader",
+                "naive,coordinated", "--darshan", lib, "--out", sweep, "--", "--model",
+                "emulate", "--batch", "4", "--compute-time", "0.002", "--darshan-dxt"],
+               timeout=600)
+    assert p.returncode == 0, p.stderr
+    out = tmp_path / "report"
+    p = run_py(ANALYZE + [sweep, "-o", out, "--format", "json"], timeout=300)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    with open(out / "summary.json") as f:
+        doc = json.load(f)
+    b = {(r["reader"], r["ranks"]): r for r in doc["tables"]["table-b"]}
+    assert sorted(b) == [(rd, n) for rd in ("coordinated", "naive") for n in (1, 2, 3)]
+    for n in (1, 2, 3):
+        assert b["coordinated", n]["mpiio_bytes_rank"] * n >= 96 * 784
+        assert b["naive", n]["coverage"] >= 1  # pread: Darshan sees every record
+        for reader in ("naive", "coordinated"):  # DXT traced the dataset's reads
+            assert b[reader, n]["dxt_io_s"] + b[reader, n]["dxt_outside_s"] > 0
+    assert not any("not traced" in n for n in doc["notes"])

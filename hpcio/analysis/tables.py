@@ -314,30 +314,28 @@ def table_b(runs, figures):
 
 # --- C ---------------------------------------------------------------------------------
 
-# column: (label, path into an epoch's counters); summed over ranks and epochs, per sample
+# column: (label, value from an epoch's counters, scale); summed over ranks and epochs, per
+# sample. "os" is hpcio.measure.probes.os_view (sleep = wall - user - system CPU seconds).
 OS_COUNTERS = {
-    "minflt": ("minor faults", [("rusage", "minflt")]),
-    "majflt": ("major faults", [("rusage", "majflt")]),
-    "nvcsw": ("voluntary ctx switches (sleeps)", [("rusage", "nvcsw")]),
-    "nivcsw": ("involuntary ctx switches", [("rusage", "nivcsw")]),
-    "rchar": ("rchar B", [("io", "rchar")]),
-    "read_bytes": ("read_bytes B", [("io", "read_bytes")]),
-    "cache_gained": ("page cache gained B", [("reader", "cache_gained_bytes")]),
-    "opens": ("reader opens", [("reader", "opens")]),
+    "minflt": ("minor faults", lambda c: c["rusage"]["minflt"], 1),
+    "majflt": ("major faults", lambda c: c["rusage"]["majflt"], 1),
+    "nvcsw": ("voluntary ctx switches", lambda c: c["rusage"]["nvcsw"], 1),
+    "nivcsw": ("involuntary ctx switches", lambda c: c["rusage"]["nivcsw"], 1),
+    "sleep_us": ("sleep us", lambda c: c["os"]["sleep_s"], 1e6),
+    "cpu_us": ("user+system CPU us", lambda c: c["os"]["user_s"] + c["os"]["system_s"], 1e6),
+    "rchar": ("rchar B", lambda c: c["io"]["rchar"], 1),
+    "read_bytes": ("read_bytes B", lambda c: c["io"]["read_bytes"], 1),
+    "cache_gained": ("page cache gained B", lambda c: c["reader"]["cache_gained_bytes"], 1),
+    "opens": ("reader opens", lambda c: c["reader"]["opens"], 1),
 }
 
 
-def _counter(epochs, path):
+def _counter(epochs, get):
     """Sum of one counter over epochs, or None when an epoch lacks it."""
-    total = 0.0
-    for e in epochs:
-        v = e.get("counters") or {}
-        for k in path:
-            v = v.get(k) if isinstance(v, dict) else None
-        if v is None:
-            return None
-        total += float(v)
-    return total
+    try:
+        return sum(float(get(e["counters"])) for e in epochs)
+    except (KeyError, TypeError):
+        return None
 
 
 def table_c(runs, figures):
@@ -350,20 +348,21 @@ def table_c(runs, figures):
                       for i in infos) or f.get("records", 0.0)
         row = {"run": run.name, "reader": run.reader, "ranks": run.ranks}
         lacking = []
-        for key, (label, paths) in OS_COUNTERS.items():
-            vals = [_counter(i.get("epochs") or [], p) for i in infos for p in paths]
+        for key, (label, get, scale) in OS_COUNTERS.items():
+            vals = [_counter(i.get("epochs") or [], get) for i in infos]
             if not infos or any(v is None for v in vals):
                 row[key] = float("nan")
                 lacking.append(label)
             else:
-                row[key] = sum(vals) / records if records else float("nan")
+                row[key] = scale * sum(vals) / records if records else float("nan")
         row["lacks"] = ", ".join(lacking)
         f["os"] = row
         rows.append(row)
     cols = [("run", "run", "{}"), ("reader", "reader", "{}"), ("ranks", "P", "{}")] + \
-        [(k, f"{label}/sample", "{:,.2f}") for k, (label, _) in OS_COUNTERS.items()] + \
+        [(k, f"{label}/sample", "{:,.2f}") for k, (label, _, _) in OS_COUNTERS.items()] + \
         [("lacks", "not recorded by this run's format", "{}")]
     return Table("table-c", "C: the OS's view per sample delivered (all ranks, all epochs)",
                  cols, rows, "From each rank's rank-R.json: getrusage and /proc/self/io "
-                             "deltas over each epoch, and the reader's page-cache residency "
-                             "gained; older run directories lack some of them.")
+                             "deltas over each epoch, sleep (the epoch's wall time off a CPU) "
+                             "and the reader's page-cache residency gained; older run "
+                             "directories lack some of them.")
