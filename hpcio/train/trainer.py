@@ -414,8 +414,9 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         "epochs_run": len(epochs), "steps_per_epoch": steps_per_epoch,
         "train_s": t_train, "total_s": t_total,
         "au_definition": "AU = compute / wall per rank (mean over ranks), as DLIO and "
-                         "MLPerf Storage; the first step of each epoch is excluded from "
-                         "AU, samples/s and MiB/s as MLPerf Storage does",
+                         "MLPerf Storage: au_percent leaves each epoch's first step out "
+                         "as MLPerf Storage does, au_percent_all_steps counts every step; "
+                         "samples/s and MiB/s count every step",
         "metrics": figures,
         "disk_read_bytes": disk,
         "checkpoints": {"count": len(ckpts),
