@@ -126,6 +126,10 @@ class Reader:
     def epoch(self, plan):
         raise NotImplementedError
 
+    def preload(self, plan):
+        """``plan`` is the epoch after the next one: a reader that can starts its first
+        reads early (the coordinated reader); the others ignore it."""
+
     def close(self):
         pass
 

@@ -266,6 +266,11 @@ def train(run):
     vote = StopVote(world.comm)
     bar = _progress(args, world, total)
     reader = None
+
+    def plan_of(epoch):
+        return make_plan(run.ds.records, world.size, world.rank, args.batch, epoch=epoch,
+                         seed=args.seed, shuffle=args.shuffle,
+                         drop_last=args.drop_last).head(args.steps)
     try:
         for epoch in range(args.epochs):
             if vote.settle(bool(t.stop)):
@@ -278,9 +283,9 @@ def train(run):
             cache = cache_state(args.cache, run.ds, world.comm, drop=args.drop_caches)
             if reader is None:
                 reader = make_reader(args.reader, run.ds, world.comm, **run.reader_options)
-            plan = make_plan(run.ds.records, world.size, world.rank, args.batch,
-                             epoch=epoch, seed=args.seed, shuffle=args.shuffle,
-                             drop_last=args.drop_last).head(args.steps)
+            plan = plan_of(epoch)
+            if not run.reopen and epoch + 1 < args.epochs:  # the same reader goes on
+                reader.preload(plan_of(epoch + 1))
             before = counters(reader)
             done, t_start, t_end = _epoch(run, t, reader, plan, epoch, vote, bar)
             d = delta(before, counters(reader))
