@@ -55,37 +55,59 @@ def _arrays(walls, computes, steps, epochs, records=8, nbytes=800):
     return a
 
 
-def test_au_excludes_first_step_of_each_epoch():
+def test_au_both_ways_and_first_step_wait():
     # first steps are slow (pipeline start-up); the rest run at 80% compute
     a = _arrays([5, 1, 1, 5, 1, 1], [0.5, .8, .8, 0.5, .8, .8], [0, 1, 2, 0, 1, 2],
                 [0, 0, 0, 1, 1, 1])
     r = rank_summary(a)
     assert r["au_excludes_first_step"] and r["steps_measured"] == 4
-    assert r["au"] == pytest.approx(0.8)
+    assert r["au"] == pytest.approx(0.8)  # MLPerf Storage's rule
+    assert r["au_all_steps"] == pytest.approx(4.2 / 14)  # every step
     assert r["epoch_time"] == pytest.approx(14)
     assert [e["au"] for e in r["epochs"]] == pytest.approx([0.8, 0.8])
+    assert [e["au_all_steps"] for e in r["epochs"]] == pytest.approx([2.1 / 7] * 2)
+    assert [e["first_step_wait"] for e in r["epochs"]] == pytest.approx([4.5, 4.5])
     # epochs of one step: nothing would be left, so every step counts (and it says so)
     one = rank_summary(_arrays([2, 2], [1, 1], [0, 0], [0, 1]))
     assert not one["au_excludes_first_step"] and one["au"] == pytest.approx(0.5)
+    assert one["au_all_steps"] == pytest.approx(0.5)
 
 
 def test_summarize_across_ranks():
-    fast = rank_summary(_arrays([9, 1, 1], [0, .9, .9], [0, 1, 2], [0, 0, 0]))
-    slow = rank_summary(_arrays([9, 2, 2], [0, .9, .9], [0, 1, 2], [0, 0, 0]))
+    # two epochs of three steps; rank 1 is slower and waits longer for its first batches
+    fast = rank_summary(_arrays([9, 1, 1, 3, 1, 1], [0, .9, .9, 0, .9, .9],
+                                [0, 1, 2, 0, 1, 2], [0, 0, 0, 1, 1, 1]))
+    slow = rank_summary(_arrays([9, 2, 2, 5, 2, 2], [0, .9, .9, 0, .9, .9],
+                                [0, 1, 2, 0, 1, 2], [0, 0, 0, 1, 1, 1]))
     s = summarize([fast, slow])
+    # MLPerf Storage's rule: each epoch's first step left out of AU only
     assert s["au_percent"] == pytest.approx(100 * (0.9 + 0.45) / 2)
     assert s["au_percent_min"] == pytest.approx(45) and s["au_percent_max"] == pytest.approx(90)
-    # each rank's rate over its measured steps, summed (DLIO's throughput)
-    assert s["samples_per_s"] == pytest.approx(16 / 2 + 16 / 4)
-    assert s["mib_per_s"] == pytest.approx((1600 / 2 + 1600 / 4) / 2 ** 20)
-    # stall = wall - compute here, over both ranks' measured steps
-    assert s["stall_percent"] == pytest.approx(100 * (6 - 3.6) / 6)
+    # every step: 3.6 s of compute in 16 s (fast) and in 22 s (slow)
+    assert s["au_percent_all_steps"] == pytest.approx(100 * (3.6 / 16 + 3.6 / 22) / 2)
+    assert s["au_percent_all_steps_min"] == pytest.approx(100 * 3.6 / 22)
+    assert s["au_percent_all_steps_per_rank"] == pytest.approx([100 * 3.6 / 16,
+                                                                100 * 3.6 / 22])
+    # throughput over whole epochs: each rank's rate over all its steps, summed
+    assert s["samples_per_s"] == pytest.approx(48 / 16 + 48 / 22)
+    assert s["mib_per_s"] == pytest.approx((4800 / 16 + 4800 / 22) / 2 ** 20)
+    # the time split over every step too (stall = wall - compute here)
+    assert s["stall_percent"] == pytest.approx(100 * (38 - 7.2) / 38)
     assert s["stall_percent"] + s["compute_percent"] == pytest.approx(100)
+    # first-step wait: each epoch's first-step stall, mean and max over ranks
+    assert [e["first_step_wait_s_mean"] for e in s["per_epoch"]] == pytest.approx([9, 4])
+    assert [e["first_step_wait_s_max"] for e in s["per_epoch"]] == pytest.approx([9, 5])
+    assert s["first_step_wait_s_mean"] == pytest.approx(6.5)
+    assert s["first_step_wait_s_max"] == pytest.approx(9)
+    assert [e["au_percent"] for e in s["per_epoch"]] == pytest.approx([67.5, 67.5])
     assert (s["slowest_rank"], s["fastest_rank"]) == (1, 0)
-    assert s["slowest_over_fastest"] == pytest.approx(13 / 11)
-    assert s["records"] == 48
+    assert s["slowest_over_fastest"] == pytest.approx(22 / 16)
+    assert s["records"] == 96
     text = format_table(s, "title")
-    assert "AU %" in text and "first step of each epoch excluded" in text and "rank 1" in text
+    for label in ("AU % (every step)", "AU % (MLPerf Storage rule)", "first-step wait",
+                  "first step of each epoch excluded", "samples/s (every step)", "rank 1"):
+        assert label in text, label
+    assert "9.000 s max" in text
 
 
 def test_counters_and_delta():

@@ -14,6 +14,7 @@ from hpcio.errors import HpcioError
 from hpcio.plan import make_plan
 from hpcio.readers import READERS, make_reader
 from hpcio.readers.assemble import clusters, copy_records, gather, layout, merge_runs
+from hpcio.readers.coordinated import request_bounds
 from hpcio.readers.nodeshare import union_reads
 
 from common.datasets import error_lines, make_dataset
@@ -78,6 +79,40 @@ def test_same_seed_same_order_across_runs(data):
     b = check(2, data[:2], "coordinated:group_bytes=1:collective=true,naive",
               "--batch", "3", "--drop-last", "yes")
     assert a == b and len(a) == 2 * 3 * 2
+
+
+@pytest.mark.mpi
+def test_preload_delivers_the_same_batches(data):
+    """Readers told the next plan before each epoch (the coordinated reader reads its first
+    requests while the epoch before ends) deliver what readers without it do: the next
+    epoch's preloaded reads are used when it comes and dropped when another plan comes
+    (after the last epoch), also around early stops and with collective reads, the same
+    way on every rank. One variant reads collectively: two readers with collective reads
+    in flight at once can deadlock in MPICH (see CoordinatedReader.preload)."""
+    variants = ("coordinated,coordinated:collective=true,coordinated:prefetch=0,"
+                "coordinated:mechanism=sync,naive")
+    plain = check(2, data[:4], variants, "--batch", "3")
+    assert check(2, data[:4], variants, "--batch", "3", "--preload") == plain
+    assert check(2, data[:4], variants, "--batch", "3", "--preload",
+                 "--early-stop", "2") == plain
+
+
+def test_request_sizes_ramp_up_to_the_steady_size():
+    """An epoch's requests: one step first, each next one twice the last, up to the steady
+    size, then steady; the last one what is left; every step in exactly one request."""
+    assert request_bounds(62, 8).tolist() == [0, 1, 3, 7, 15, 23, 31, 39, 47, 55, 62]
+    assert np.diff(request_bounds(62, 5)).tolist() == [1, 2, 4] + [5] * 11
+    assert request_bounds(62, 8, first=8).tolist() == list(range(0, 62, 8)) + [62]
+    assert request_bounds(2, 8).tolist() == [0, 1, 2]
+    assert request_bounds(1, 1).tolist() == [0, 1] and request_bounds(0, 4).tolist() == [0]
+    for steps in range(1, 40):
+        for steady in (1, 2, 3, 7, 16, 64):
+            b = request_bounds(steps, steady)
+            n = np.diff(b)
+            assert b[0] == 0 and b[-1] == steps and (n >= 1).all() and (n <= steady).all()
+            assert n[0] == 1
+            grow = n[:-1]  # all but the last: doubling, capped at the steady size
+            assert (grow[1:] == np.minimum(2 * grow[:-1], steady)).all()
 
 
 # ---- assembly helpers (pure) ------------------------------------------------------------

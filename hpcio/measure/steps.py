@@ -23,23 +23,35 @@ wall           t5 - t0 = fetch + prep + stall_other + h2d + compute + ckpt + oth
 =============  ==============================================================================
 
 Summary figures (:func:`hpcio.analysis.summary.summarize`), computed at the end from the
-ranks' :func:`rank_summary`:
+ranks' :func:`rank_summary`. Throughput and the time split count **every step** (whole
+epochs); AU is given both ways, each labelled:
 
-* **AU** (accelerator utilisation, %) = compute / wall, as DLIO and MLPerf Storage define it.
-  Like MLPerf Storage (DLIO's ``metric_exclude_start_steps = 1``) the **first step of every
-  epoch is excluded** from AU and the throughput figures: it carries pipeline start-up (the
-  first read cannot overlap any compute). Per rank AU_r = sum(compute) / sum(wall) over the
-  included steps; the run's AU is the mean over ranks (DLIO averages ranks the same way).
-  If no step is left after the exclusion (1-step epochs), all steps are used and the
-  summary says so (``au_excludes_first_step: false``).
-* **samples/s** = sum over ranks of records_r / wall_r over the included steps (DLIO's
-  throughput: each rank's rate, summed).
+* **samples/s** = sum over ranks of records_r / wall_r over every step of every epoch
+  (DLIO's throughput: each rank's rate, summed).
 * **MiB/s** = the same with record bytes delivered to the trainer (measured per batch,
   not records x a nominal size), / 2**20.
-* **stall %** = sum of stall / sum of wall over all ranks' included steps, with its
+* **AU, every step** (``au_percent_all_steps``; accelerator utilisation, %) = compute /
+  wall over every step; per rank AU_r = sum(compute) / sum(wall), the run's AU the mean
+  over ranks (DLIO averages ranks the same way).
+* **AU, MLPerf Storage's rule** (``au_percent``) = the same with the **first step of
+  every epoch excluded** (DLIO's ``metric_exclude_start_steps = 1``): it carries pipeline
+  start-up (the first read cannot overlap any compute). If no step is left after the
+  exclusion (1-step epochs), all steps are used and the summary says so
+  (``au_excludes_first_step: false``). With short epochs the rule hides most of a
+  reader's start-up cost, hence the figure beside it and the next one.
+* **first-step wait** = the stall of each epoch's first step (the time to the epoch's
+  first batch): per epoch, mean and max over ranks (``per_epoch``), and mean and max over
+  ranks and epochs (``first_step_wait_s_mean`` / ``_max``).
+* **stall %** = sum of stall / sum of wall over all ranks' steps, with its
   fetch / prep / stall_other split; likewise h2d %, compute %, ckpt %, other %.
 * **slowest vs fastest rank**: each rank's epoch time (sum of its step walls, all steps,
   all epochs); max / min over ranks and which ranks.
+
+Changed in summary.json: ``samples_per_s``, ``mib_per_s`` and the ``*_percent``
+time split used to leave out each epoch's first step, as AU does; they count every step
+now. ``au_percent`` (and its ``_min``, ``_max``, ``_per_rank``, ``per_epoch``) keeps
+MLPerf Storage's rule; ``au_percent_all_steps`` (same companions) and the first-step wait
+are new.
 """
 
 import time
@@ -101,8 +113,8 @@ class StepLog:
 
 
 def _included(log_epoch, log_step, first_steps_excluded=True):
-    """Mask of the steps that count towards AU and throughput: all but each epoch's
-    first step (MLPerf Storage's rule)."""
+    """Mask of the steps that count towards ``au`` (MLPerf Storage's rule): all but each
+    epoch's first step."""
     if not first_steps_excluded:
         return np.ones(len(log_step), dtype=bool)
     return log_step != 0
@@ -110,7 +122,8 @@ def _included(log_epoch, log_step, first_steps_excluded=True):
 
 def rank_summary(arrays, exclude_first=True):
     """This rank's totals from its step arrays (see :meth:`StepLog.arrays`): small,
-    so ranks can gather them at the end."""
+    so ranks can gather them at the end. ``all`` sums every step, ``measured`` the steps
+    of MLPerf Storage's AU rule; ``au`` / ``au_all_steps`` are the two AUs."""
     step, epoch = arrays["step"], arrays["epoch"]
     mask = _included(epoch, step, exclude_first)
     if exclude_first and not mask.any():
@@ -123,21 +136,28 @@ def rank_summary(arrays, exclude_first=True):
         d["records"] = int(arrays["records"][m].sum())
         d["nbytes"] = int(arrays["nbytes"][m].sum())
         out[key] = d
+    stall = arrays["fetch"] + arrays["prep"] + arrays["stall_other"]
     epochs = []
     for e in np.unique(epoch):
         em = epoch == e
         mm = em & mask
         wall_m = float(arrays["wall"][mm].sum())
-        epochs.append({"epoch": int(e), "steps": int(em.sum()),
-                       "wall": float(arrays["wall"][em].sum()),
+        wall_e = float(arrays["wall"][em].sum())
+        first = em & (step == 0)
+        epochs.append({"epoch": int(e), "steps": int(em.sum()), "wall": wall_e,
                        "records": int(arrays["records"][em].sum()),
                        "nbytes": int(arrays["nbytes"][em].sum()),
                        "au": float(arrays["compute"][mm].sum() / wall_m) if wall_m else 0.0,
-                       "stall": float((arrays["fetch"][em] + arrays["prep"][em] +
-                                       arrays["stall_other"][em]).sum())})
+                       "au_all_steps": (float(arrays["compute"][em].sum() / wall_e)
+                                        if wall_e else 0.0),
+                       "first_step_wait": (float(stall[first].sum()) if first.any()
+                                           else None),
+                       "stall": float(stall[em].sum())})
     out["epochs"] = epochs
     m = out["measured"]
     out["au"] = m["compute"] / m["wall"] if m["wall"] else 0.0
+    a = out["all"]
+    out["au_all_steps"] = a["compute"] / a["wall"] if a["wall"] else 0.0
     out["epoch_time"] = out["all"]["wall"]
     return out
 

@@ -326,6 +326,10 @@ class Reader:
             self.stats.cache_gained_bytes += now - self._cache0
         self._cache0 = None if end else now
 
+    def preload(self, plan: "Plan") -> None:
+        """``plan`` is the epoch after the next one: a reader that can starts its first
+        reads early (the coordinated reader); the others ignore it."""
+
     def close(self):
         pass
 

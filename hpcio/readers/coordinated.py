@@ -33,6 +33,13 @@ What it does differently from the naive reader:
   doubled (up to ``max_request_bytes``) while that makes it markedly denser: with
   ``chunk`` shuffling a request then covers a whole mixing window, so a rank's records lie
   close together and sorted reads walk the file forward.
+* **A fast first batch.** An epoch's requests ramp up to that steady size
+  (:func:`request_bounds`): the first holds one step's records, each next one twice the
+  last, so the first batch waits for about one step's read, not for a whole steady
+  request (``ramp=False``: every request steady). And where the files stay as they are
+  between epochs (warm or as-is cache), :meth:`CoordinatedReader.preload` queues the next
+  epoch's requests behind the current ones: its first requests are read while the
+  current epoch ends.
 * **Small records.** Pieces at most ``sieve_gap`` (32 KiB) apart are read as one range into
   a staging buffer (when that reads at most ``sieve_ratio`` times the bytes needed) and
   gathered into place with numpy: many tiny reads become a few large ones.
@@ -40,7 +47,8 @@ What it does differently from the naive reader:
   (``POSIX_FADV_WILLNEED``) which ranges the *next* request needs, so the disk works while
   the current one is copied (``willneed=False`` turns it off).
 * **Prefetch.** ``prefetch`` requests are in flight while the current one is consumed:
-  ``mechanism="thread"`` (default) runs all reads on one I/O thread (MPI is initialised with
+  ``mechanism="thread"`` (default) runs all reads on one I/O thread, which lives as long
+  as the reader and reads the epochs' requests in order (MPI is initialised with
   ``MPI_THREAD_MULTIPLE``; the reader works on its own duplicate communicator), blocking
   calls release the GIL; ``mechanism="nonblocking"`` issues ``MPI_File_iread_at_all`` from the
   consumer's thread (one file handle per ring slot, since a view must not change under a
@@ -82,7 +90,7 @@ from .hints import file_hints, mpi_info
 from .reads import plan_reads
 from .nodeshare import NodeShare
 
-__all__ = ["CoordinatedReader", "MECHANISMS", "MAX_MPI_FILES"]
+__all__ = ["CoordinatedReader", "MECHANISMS", "MAX_MPI_FILES", "request_bounds"]
 
 MECHANISMS = ("thread", "nonblocking", "sync")
 MAX_MPI_FILES = 256
@@ -106,6 +114,94 @@ class _Request:
         self.slot, self.pending, self.io_s, self.t0 = None, [], 0.0, 0.0
 
 
+def request_bounds(steps, steady, first=1):
+    """Step boundaries of an epoch's requests (``steps + 1``-bounded, from 0): the first
+    request ``first`` steps, each next one twice the last, up to ``steady`` steps; every
+    later request ``steady`` (the last one what is left). The first batch then waits for
+    about one step's read rather than a whole steady request, and the reads stay ahead of
+    the consumer while they grow. A function of the plan's length and the agreed steady
+    size only, so every rank cuts its plan alike and the collective reads stay matched."""
+    steady = max(1, int(steady))
+    g, n, bounds = max(1, min(int(first), steady)), 0, [0]
+    while n < steps:
+        n = min(steps, n + g)
+        bounds.append(n)
+        g = min(2 * g, steady)
+    return np.array(bounds, dtype=np.int64)
+
+
+class _Job:
+    """One epoch's requests for the I/O thread, handed over on ``ready`` in order."""
+
+    __slots__ = ("plan", "reqs", "touched", "ready", "stop")
+
+    def __init__(self, plan, reqs, touched):
+        self.plan, self.reqs, self.touched = plan, reqs, touched
+        self.ready = queue.Queue()
+        self.stop = len(reqs)  # requests from this one on are not read
+
+
+class _IOThread:
+    """The reader's I/O thread (``mechanism="thread"``): reads the requests of the jobs it
+    is given, in order, each into a free slot of the ring; so it runs ahead of the
+    consumer by as many requests as the ring holds, across the end of an epoch when the
+    next epoch's job is queued."""
+
+    def __init__(self, reader, slots):
+        self.slots = slots
+        self.free, self.jobs = queue.Queue(), queue.Queue()
+        for k in range(slots):
+            self.free.put(k)
+        self.thread = threading.Thread(target=self._run, args=(reader,), name="hpcio-io",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self, reader):
+        err = None
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            try:
+                if err is not None:
+                    raise err
+                reqs = job.reqs
+                reader._advise(reqs[0] if reqs else None)
+                for r in reqs:
+                    slot = self.free.get()
+                    if r.g >= job.stop:
+                        self.free.put(slot)
+                        break
+                    r.slot = slot
+                    if r.g + 1 < min(job.stop, len(reqs)):
+                        reader._advise(reqs[r.g + 1])
+                    reader._read(r, job.touched[r.g], nonblocking=False)
+                    job.ready.put(r)
+                job.ready.put(_OK)
+            except BaseException as e:  # handed to the consumer, raised there
+                err = e
+                job.ready.put(e)
+
+    def finish(self, job, held=None, last=-1):
+        """Stop ``job`` early: the consumer took requests up to ``last`` and holds slot
+        ``held`` (or none). The thread can have read at most the requests the other slots
+        hold beyond ``last``, so it reads exactly those, on every rank alike (every rank
+        stops at the same batch and all leave the collectives together); their slots come
+        back to the ring."""
+        job.stop = min(job.stop, last + self.slots + (held is None))
+        if held is not None:
+            self.free.put(held)
+        while True:
+            item = job.ready.get()
+            if item is _OK or isinstance(item, BaseException):
+                return
+            self.free.put(item.slot)
+
+    def close(self):
+        self.jobs.put(None)
+        self.thread.join()
+
+
 @register
 class CoordinatedReader(Reader):
     """Collective MPI-IO over the record index with prefetching (see the module docstring)."""
@@ -115,7 +211,7 @@ class CoordinatedReader(Reader):
     def __init__(self, dataset, comm, prefetch=2, collective: Auto = "auto",
                  hints: dict = None, mechanism: MECHANISMS = "thread", group_bytes=8 << 20,
                  max_request_bytes=64 << 20, threads=4, sieve_gap: int = None,
-                 sieve_ratio=3.0, willneed=True, shared: Auto = False, **options):
+                 sieve_ratio=3.0, willneed=True, shared: Auto = False, ramp=True, **options):
         super().__init__(dataset, comm, **options)
         MPI = _mpi()
         check_romio(MPI)
@@ -133,6 +229,8 @@ class CoordinatedReader(Reader):
         self.max_request_bytes = int(max_request_bytes)
         self.sieve_ratio = float(sieve_ratio)
         self.willneed = bool(willneed)
+        self.ramp = bool(ramp)
+        self._io, self._preloaded, self._next = None, None, None
         self._fds = []
         idx = dataset.index
         self._record_files = files_are_records(dataset)
@@ -229,27 +327,36 @@ class CoordinatedReader(Reader):
                 best, G = r, cand
             cand *= 2
         if self.comm.Get_size() > 1:
-            G = self.comm.allreduce(G, op=_mpi().MAX)
+            # the buffer call: mpi4py's pickle-based allreduce dups the communicator on
+            # first use while holding the GIL, which stalls this process's I/O threads
+            # inside their collective reads (and so the other ranks)
+            MPI = _mpi()
+            g = np.array([G], dtype=np.int64)
+            self.comm.Allreduce(MPI.IN_PLACE, g, op=MPI.MAX)
+            G = int(g[0])
         return G
 
 
     # ---- the epoch ----------------------------------------------------------------
     def _prepare(self, plan):
-        """Cut the plan into requests; agree (collectively) which files each touches."""
+        """Cut the plan into requests (ramped up to the steady size: :func:`request_bounds`);
+        agree (collectively) which files each touches."""
         MPI = _mpi()
         idx = self.ds.index
         ids, B, S = plan.ids, plan.batch, plan.steps
         G = self._group_steps(plan)
-        ng = -(-S // G)
-        bounds = np.minimum(np.arange(ng + 1, dtype=np.int64) * G * B, len(ids))
+        steps = request_bounds(S, G, 1 if self.ramp else G)
+        ng = len(steps) - 1
+        bounds = np.minimum(steps * B, len(ids))
         reqs = []
         for g in range(ng):
             gi = ids[bounds[g]:bounds[g + 1]]
-            reqs.append(_Request(g, g * G, min(S, (g + 1) * G), gi, layout(idx.length[gi])))
+            reqs.append(_Request(g, int(steps[g]), int(steps[g + 1]), gi,
+                                 layout(idx.length[gi])))
         nfiles = len(idx.files)
         touched = np.zeros((ng, nfiles), dtype=np.uint8)
         if len(ids):
-            touched[np.arange(len(ids)) // (G * B), idx.file[ids]] = 1
+            touched[np.repeat(np.arange(ng), np.diff(bounds)), idx.file[ids]] = 1
         if self.collective and not self.filewise and self.comm.Get_size() > 1:
             shape = np.array([ng, -ng, G, -G], dtype=np.int64)
             self.comm.Allreduce(MPI.IN_PLACE, shape, op=MPI.MAX)
@@ -261,14 +368,50 @@ class CoordinatedReader(Reader):
             self._share.prepare(self.ds, ids, reqs, B)
         return reqs, touched.astype(bool)
 
+    def preload(self, plan):
+        """``plan`` is the epoch that follows the next one (the one :meth:`epoch` runs
+        next): queue its requests behind that epoch's, so its first requests are read as
+        soon as that epoch's reads are done, while its last batches are trained on. Call
+        it on every rank (the plan's requests are agreed now, collectively), before the
+        epoch it follows starts, and only while the data stays in the page cache as it is
+        (a cold epoch re-opens the reader instead). Only with ``mechanism="thread"`` and
+        without the node-shared window; a no-op otherwise. If the epoch after is not
+        ``plan`` after all, the requests read for it are dropped.
+
+        With collective reads, a process must not have two readers' reads in flight at
+        once: MPICH holds its global lock through a blocking collective MPI-IO call, so two
+        threads in collectives on different files can wait for each other across ranks
+        (hpcio runs one reader at a time)."""
+        if self.mechanism == "thread" and self._share is None:
+            self._next = _Job(plan, *self._prepare(plan))
+
+    def _job(self, plan):
+        """The I/O thread's job for ``plan`` (the preloaded one if it is for ``plan``),
+        submitted, with the job preloaded to follow it queued behind it."""
+        if self._io is None:
+            self._io = _IOThread(self, self.prefetch + 1)
+        job, self._preloaded = self._preloaded, None
+        if job is not None and not (job.plan is plan or (
+                job.plan.batch == plan.batch and np.array_equal(job.plan.ids, plan.ids))):
+            self._io.finish(job)
+            job = None
+        if job is None:
+            job = _Job(plan, *self._prepare(plan))
+            self._io.jobs.put(job)
+        if self._next is not None:
+            self._io.jobs.put(self._next)
+            self._preloaded, self._next = self._next, None
+        return job
+
     def epoch(self, plan):
         """Yield this rank's batches of ``plan``, in order, read ahead ``prefetch`` requests."""
-        reqs, touched = self._prepare(plan)
-        source = {"thread": self._thread_source, "nonblocking": self._nb_source,
-                  "sync": self._sync_source}[self.mechanism]
+        if self.mechanism == "thread":
+            gen = self._thread_source(self._job(plan))
+        else:
+            source = {"nonblocking": self._nb_source, "sync": self._sync_source}
+            gen = source[self.mechanism](*self._prepare(plan))
         st, idx = self.stats, self.ds.index
         f0 = faults()
-        gen = source(reqs, touched)
         try:
             while True:
                 t0 = time.perf_counter()
@@ -304,54 +447,26 @@ class CoordinatedReader(Reader):
             self._read(r, touched[r.g], nonblocking=False)
             yield r
 
-    def _thread_source(self, reqs, touched):
-        K = self.prefetch
-        free, ready = queue.Queue(), queue.Queue()
-        for k in range(K + 1):
-            free.put(k)
-        stop = [len(reqs)]
-
-        def work():
-            try:
-                self._advise(reqs[0] if reqs else None)
-                for r in reqs:
-                    slot = free.get()
-                    if r.g >= stop[0]:
-                        break
-                    r.slot = slot
-                    if r.g + 1 < min(stop[0], len(reqs)):
-                        self._advise(reqs[r.g + 1])
-                    self._read(r, touched[r.g], nonblocking=False)
-                    ready.put(r)
-                ready.put(_OK)
-            except BaseException as e:  # handed to the consumer, raised there
-                ready.put(e)
-
-        t = threading.Thread(target=work, name="hpcio-io", daemon=True)
-        t.start()
-        held, cur, done = None, -1, False
+    def _thread_source(self, job):
+        io = self._io
+        held, last, done = None, -1, False
         try:
             while True:
                 if held is not None:  # the consumer asked for more: its buffer is free
-                    free.put(held)
+                    io.free.put(held)
                     held = None
-                item = ready.get()
+                item = job.ready.get()
                 if item is _OK:
                     done = True
                     return
                 if isinstance(item, BaseException):
                     done = True
                     raise _translate(item)
-                held, cur = item.slot, item.g
+                held, last = item.slot, item.g
                 yield item
         finally:
-            if not done:
-                # early stop: every rank stopping at the same batch reads exactly the
-                # requests up to the end of the ring, so all leave the collectives together
-                stop[0] = min(len(reqs), cur + K + 1)
-                for _ in range(K + 2):
-                    free.put(0)
-            t.join()
+            if not done:  # early stop
+                io.finish(job, held, last)
 
     def _nb_source(self, reqs, touched):
         MPI = _mpi()
@@ -567,6 +682,11 @@ class CoordinatedReader(Reader):
             self._check.check(np.unique(idx.file[ids]))
 
     def close(self):
+        if getattr(self, "_io", None) is not None:  # before the files: reads may be queued
+            if self._preloaded is not None:
+                self._io.finish(self._preloaded)
+            self._io.close()
+            self._io, self._preloaded, self._next = None, None, None
         if getattr(self, "_share", None) is not None:
             self._share.close()
             self._share = None

@@ -3,10 +3,14 @@ check exactly-once delivery, bytes against the source, and identical per-rank se
 
 Usage: check_readers.py --data DIR [DIR...] [--readers naive,coordinated,...]
        [--shuffles none,chunk,global] [--batch 5] [--epochs 2] [--drop-last both]
+       [--early-stop N] [--preload]
 
 A reader variant is ``name[:key=value...]``, e.g. ``coordinated:mechanism=nonblocking``.
 Prints ``DIGEST <dataset> <shuffle> <drop_last> <epoch> <sha>`` lines on rank 0 (the
 sequence every rank received, the same for every reader) and ``OK <n> checks`` at the end.
+``--preload``: before each epoch, every reader is told the plan after it (the next epoch's,
+or after the last epoch the first epoch's, which then does not come: its reads are
+dropped), and before an early stop the plan it will read next.
 """
 
 import argparse
@@ -55,6 +59,8 @@ def main():
     ap.add_argument("--drop-last", choices=["yes", "no", "both"], default="both")
     ap.add_argument("--early-stop", type=int, default=0,
                     help="also stop every reader after this many batches, then read on")
+    ap.add_argument("--preload", action="store_true",
+                    help="tell the readers the next plan before each epoch (reader.preload)")
     a = ap.parse_args()
     comm = MPI.COMM_WORLD
     variants = [parse_variant(v) for v in a.readers.split(",")]
@@ -70,8 +76,12 @@ def main():
                     kw = dict(epoch=epoch, seed=a.seed, shuffle=shuffle, drop_last=drop,
                               block=4, window=16)
                     plan = make_plan(ds.records, comm.size, comm.rank, a.batch, **kw)
+                    nxt = make_plan(ds.records, comm.size, comm.rank, a.batch,
+                                    **dict(kw, epoch=(epoch + 1) % a.epochs))
                     ref = None
                     for label, r in readers:
+                        if a.preload:
+                            r.preload(nxt)
                         h = hashlib.sha256()
                         got_ids = []
                         for b in r.epoch(plan):
@@ -122,6 +132,8 @@ def main():
                               f"{hashlib.sha256(''.join(digests).encode()).hexdigest()}")
                     if a.early_stop:
                         for label, r in readers:
+                            if a.preload:
+                                r.preload(plan)
                             it = r.epoch(plan)
                             for _, b in zip(range(a.early_stop), it):
                                 pass
