@@ -43,9 +43,12 @@ What it does differently from the naive reader:
 * **Small records.** Pieces at most ``sieve_gap`` (32 KiB) apart are read as one range into
   a staging buffer (when that reads at most ``sieve_ratio`` times the bytes needed) and
   gathered into place with numpy: many tiny reads become a few large ones.
-* **Read-ahead from the plan.** Before reading a request, the I/O thread tells the kernel
-  (``POSIX_FADV_WILLNEED``) which ranges the *next* request needs, so the disk works while
-  the current one is copied (``willneed=False`` turns it off).
+* **Read-ahead from the plan.** Once a request is read and handed over, the I/O thread
+  tells the kernel (``POSIX_FADV_WILLNEED``) which ranges the *next* request needs, so the
+  disk works on it while the current one is trained on (``willneed=False`` turns it off).
+  Not before reading the current one: the advice call itself takes milliseconds on a busy
+  disk, and the next request's pages then compete with the current one's, which delays
+  the batches of an epoch's first requests.
 * **Prefetch.** ``prefetch`` requests are in flight while the current one is consumed:
   ``mechanism="thread"`` (default) runs all reads on one I/O thread, which lives as long
   as the reader and reads the epochs' requests in order (MPI is initialised with
@@ -173,10 +176,10 @@ class _IOThread:
                         self.free.put(slot)
                         break
                     r.slot = slot
-                    if r.g + 1 < min(job.stop, len(reqs)):
-                        reader._advise(reqs[r.g + 1])
                     reader._read(r, job.touched[r.g], nonblocking=False)
                     job.ready.put(r)
+                    if r.g + 1 < min(job.stop, len(reqs)):  # after the hand-over
+                        reader._advise(reqs[r.g + 1])
                 job.ready.put(_OK)
             except BaseException as e:  # handed to the consumer, raised there
                 err = e
@@ -498,7 +501,7 @@ class CoordinatedReader(Reader):
     def _advise(self, r, min_bytes=64 << 10, max_calls=1024):
         """Tell the kernel which file ranges the request after the current one will read
         (``POSIX_FADV_WILLNEED``): it starts reading them from the disk now, while the
-        current request is copied. The reader knows its future from the plan; without
+        current request is trained on. The reader knows its future from the plan; without
         this, one large read per request gives the disk nothing to do between requests.
         Only ranges of at least ``min_bytes`` (neighbours within ``sieve_gap`` merged)."""
         if r is None or not self._fds:
