@@ -24,8 +24,8 @@ storage can deliver, does the reader keep the (emulated) accelerators busy? Step
    run's figures come from its summary.json (definitions in :mod:`hpcio.measure.steps`:
    AU = compute / wall, mean over ranks, over every step and by MLPerf Storage's rule,
    each epoch's first step excluded). A reader ``name:key=value:...`` is run with those
-   ``--reader-option``\ s (e.g. ``coordinated:ramp=false`` for the reader without its
-   epoch-start ramp); ``--steps N`` caps the steps per epoch.
+   reader options (e.g. ``coordinated:ramp=false`` for the reader without its epoch-start
+   ramp); ``--steps N`` caps the steps per epoch.
 
 Reported per (fraction, reader): median AU % over every step with the min-max spread,
 median AU % by MLPerf Storage's rule, the first-step wait (the stall of each epoch's

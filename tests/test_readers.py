@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from hpcio.data.dataset import RecordIndex
+from hpcio.data.dataset import RecordIndex, open_dataset
 from hpcio.errors import HpcioError
 from hpcio.plan import make_plan
 from hpcio.readers import READERS, make_reader
@@ -74,9 +74,11 @@ def test_every_format_exactly_once_same_bytes_same_sequence(data, n):
 
 @pytest.mark.mpi
 def test_same_seed_same_order_across_runs(data):
-    """Two separate jobs (other reader variants, tiny requests) deliver the same sequences."""
+    """Two separate jobs (other reader variants, tiny requests, requests without the
+    epoch-start ramp) deliver the same sequences."""
     a = check(2, data[:2], "coordinated,memory", "--batch", "3", "--drop-last", "yes")
-    b = check(2, data[:2], "coordinated:group_bytes=1:collective=true,naive",
+    b = check(2, data[:2], "coordinated:group_bytes=1:collective=true,naive,"
+                           "coordinated:ramp=false",
               "--batch", "3", "--drop-last", "yes")
     assert a == b and len(a) == 2 * 3 * 2
 
@@ -113,6 +115,22 @@ def test_request_sizes_ramp_up_to_the_steady_size():
             assert n[0] == 1
             grow = n[:-1]  # all but the last: doubling, capped at the steady size
             assert (grow[1:] == np.minimum(2 * grow[:-1], steady)).all()
+
+
+def test_reader_requests_ramp_up_then_stay_steady(data):
+    """The coordinated reader cuts an epoch as request_bounds says: one step first,
+    doubling to the steady size (here 8 steps of 2 x 784-byte records), every record of
+    the plan in one request, in plan order; ``ramp=False`` keeps every request steady."""
+    ds = open_dataset(data[3])  # packed raw, 61 records
+    plan = make_plan(ds.records, 1, 0, 2, shuffle="none")  # 30 steps
+    for ramp, sizes in ((True, [1, 2, 4, 8, 8, 7]), (False, [8, 8, 8, 6])):
+        with make_reader("coordinated", ds, None, group_bytes=8 * 2 * 784,
+                         ramp=ramp) as r:
+            reqs, touched = r._prepare(plan)
+        assert [q.hi - q.lo for q in reqs] == sizes
+        assert [q.lo for q in reqs] == np.cumsum([0] + sizes[:-1]).tolist()
+        assert np.array_equal(np.concatenate([q.ids for q in reqs]), plan.ids)
+        assert touched.shape == (len(sizes), 2) and touched.any(axis=1).all()
 
 
 # ---- assembly helpers (pure) ------------------------------------------------------------
