@@ -72,7 +72,7 @@ sys.path.insert(0, ROOT)
 from hpcio.cli import ArgumentParser  # noqa: E402
 from hpcio.data.dataset import is_dataset, open_dataset  # noqa: E402
 from hpcio.errors import HpcioError, guard  # noqa: E402
-from hpcio.demo import launcher  # noqa: E402
+from hpcio.mpiutil import launcher  # noqa: E402
 from hpcio.measure.probes import loadavg, wait_quiet  # noqa: E402
 from hpcio.cache import PIECE, read_file  # noqa: E402
 from hpcio.fsutil import aligned_empty, evict  # noqa: E402

@@ -22,14 +22,9 @@ from .cli import ArgumentParser, integer, positive
 from .data.dataset import is_dataset, open_dataset
 from .errors import HpcioError, guard
 from .fsutil import aligned_empty, evict
+from .mpiutil import launcher
 
-__all__ = ["main", "launcher", "sequential_mb_s"]
-
-
-def launcher():
-    """``mpiexec`` beside this Python (the mpich wheel's), else the one on PATH."""
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.path.exists(here) else "mpiexec"
+__all__ = ["main", "sequential_mb_s"]
 
 
 def sequential_mb_s(paths, repeat=3):

@@ -5,14 +5,22 @@ mpi4py is imported inside these functions, not at module level: importing it ini
 MPI, and ``--help``, dataset tools and the analysis must work without a launcher.
 """
 
+import os
+import sys
 import time
 
 import numpy as np
 
 from .errors import HpcioError
 
-__all__ = ["rank_size", "on_root", "raise_everywhere", "node_comm", "bcast_array",
+__all__ = ["launcher", "rank_size", "on_root", "raise_everywhere", "node_comm", "bcast_array",
            "idle_barrier"]
+
+
+def launcher():
+    """``mpiexec`` beside this Python (the mpich wheel's), else the one on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.path.exists(here) else "mpiexec"
 
 
 def rank_size(comm):

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from .cli import ArgumentParser, load_config
 from .errors import HpcioError, guard
 from .fsutil import atomic_json
+from .mpiutil import launcher
 
 __all__ = ["Point", "points", "build_parser", "main"]
 
@@ -133,7 +134,7 @@ def _settings(argv):
         raise HpcioError("--repeat must be at least 1", everywhere=True)
     return {"data": [os.path.abspath(d) for d in data], "ranks": ranks, "readers": readers,
             "reader_options": ropts, "repeat": repeat,
-            "launcher": pick("launcher") or _mpiexec(), "darshan": pick("darshan"),
+            "launcher": pick("launcher") or launcher(), "darshan": pick("darshan"),
             "out": pick("out") or os.path.join("sweeps", time.strftime("%Y%m%d-%H%M%S")),
             "train": [str(x) for x in train] + unknown + extra, "dry_run": a.dry_run}
 
@@ -148,11 +149,6 @@ def _flag(key, value):
     if isinstance(value, list):
         return [w for v in value for w in (opt, str(v))]
     return [opt, str(value)]
-
-
-def _mpiexec():
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.path.exists(here) else "mpiexec"
 
 
 def _option(train, name):
