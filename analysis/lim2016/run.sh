@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Lim, Young, Patton 2016 on this machine, in one command (as root for the paper's cold
+# cache, "sync && echo 3 > /proc/sys/vm/drop_caches"):
+#   analysis/lim2016/run.sh
+# Regenerates the datasets of study.yaml under $LIM2016_ROOT (default
+# /var/tmp/hpcio-lim2016; only hpcio's own files there are ever replaced), runs one
+# hpcio.sweep per dataset x compute x cache x reader into $LIM2016_ROOT/sweeps/<time>, and
+# writes analysis/lim2016/README.md and its figures. `study.py report` redoes the README.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH="$PWD/.venv/bin:$PATH" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+start=$(date +%s)
+python analysis/lim2016/study.py all "$@"
+echo "lim2016: $(( $(date +%s) - start )) s in all"
