@@ -284,12 +284,9 @@ def _pick(f, name, defaults, what, path):
 
 
 def _caffe_keys(d, path):
-    """Manifest keys of a float dataset, read as Caffe's HDF5 data layer reads it:
+    """Manifest keys of a 4-D float dataset, read as Caffe's HDF5 data layer reads it:
     (N, C, H, W), little-endian, pixels times the ``scale`` attribute (hpcio writes it;
     :data:`SCALE`, the one of Caffe's examples, where there is none)."""
-    if d.ndim != 4:
-        raise HpcioError(f"{path}: {d.name} is {d.dtype.name} of shape {d.shape}; float "
-                         f"records are read as Caffe's N x C x H x W")
     if d.dtype.byteorder == ">":
         raise HpcioError(f"{path}: {d.name} is big-endian {d.dtype.name}; float records "
                          f"are read as little-endian")
@@ -299,8 +296,8 @@ def _caffe_keys(d, path):
 
 def index(path, out, images=None, labels=None, **_):
     """Manifest and record index of an HDF5 file made elsewhere: a fixed-size ``images``
-    dataset (contiguous or chunked; a float one is Caffe's (N, C, H, W) ``data``), or a
-    blob with ``offsets``."""
+    dataset (contiguous or chunked; a 4-D float one is Caffe's (N, C, H, W) ``data``), or
+    a blob with ``offsets``."""
     import h5py
     with open_h5(path) as f:
         iname = _pick(f, images, ["images", "data"], "images", path)
@@ -331,7 +328,7 @@ def index(path, out, images=None, labels=None, **_):
             length = np.full(n, rec, np.int64)
             enc, shape, dtype = "raw", list(d.shape[1:]), d.dtype.name
             extra["hdf5"]["layout"] = "chunked" if d.chunks else "contiguous"
-            if d.dtype.kind == "f":
+            if d.dtype.kind == "f" and d.ndim == 4:
                 extra.update(_caffe_keys(d, path))
                 shape = shape[1:] + shape[:1]  # C, H, W -> H, W, C
         if lname:
