@@ -13,6 +13,8 @@ size of the paper's Caffe model (LeNet 64, CIFAR-quick 100, CaffeNet 256), with 
 that does nothing else, and reports:
 
 samples/s   records delivered / wall seconds of the epochs (load excluded);
+cpu ns/rec  CPU time of the process over the epochs per record (``time.process_time``:
+            less sensitive than wall time to other work on a shared machine);
 load s      the reader's ``load_s`` (the files read into RAM; pymem: and split into
             objects);
 RSS B/rec   the process's resident memory after the load minus before it, per record,
@@ -23,7 +25,9 @@ held B/rec  the reader's ``held_bytes`` per record less its bytes (``sys.getsize
             before the allocator's rounding).
 
 Runs are interleaved (every dataset and mode once, then again); each figure is the median
-over ``--repeats`` with the min-max spread; ``pymem/buffer`` is the ratio of the medians.
+over ``--repeats`` with the min-max spread; ``pymem/buffer`` is the ratio of samples/s
+(and of CPU per record) taken per repeat, pymem's run right after buffer's, as a median
+with its spread.
 """
 
 import argparse
@@ -62,14 +66,14 @@ def child(root, mode, batch, epochs):
     rss0 = rss_bytes()
     with make_reader("memory", ds, hold=mode) as r:
         rss1 = rss_bytes()
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         n = 0
         for plan in plans:
             for b in r.epoch(plan):
                 n += len(b)
-        dt = time.perf_counter() - t
+        dt, dc = time.perf_counter() - t, time.process_time() - c
         rec = int(ds.index.length.sum())
-        print(json.dumps({"rate": n / dt, "load_s": r.stats.load_s,
+        print(json.dumps({"rate": n / dt, "cpu": dc / n * 1e9, "load_s": r.stats.load_s,
                           "rss_over": (rss1 - rss0 - rec) / ds.records,
                           "held_over": (r.stats.extra["held_bytes"] - rec) / ds.records,
                           "record": rec / ds.records}), flush=True)
@@ -124,17 +128,21 @@ def main(argv=None):
           f"repeats {a.repeats}; median (min-max); 1-min load "
           f"{min(load):.2f}-{max(load):.2f}")
     print(f"{'records':9} {'B/rec':>7} {'batch':>5} {'mode':7} {'samples/s':>26} "
-          f"{'load s':>18} {'RSS B/rec':>16} {'held B/rec':>10} {'pymem/buffer':>12}")
+          f"{'cpu ns/rec':>20} {'load s':>18} {'RSS B/rec':>16} {'held B/rec':>10}")
     for s in a.sets:
-        base = statistics.median(r["rate"] for r in res[s, "buffer"])
         for m in MODES:
             rs = res[s, m]
-            rate = [r["rate"] for r in rs]
-            ratio = f"{statistics.median(rate) / base:.2f}" if m == "pymem" else ""
-            print(f"{s:9} {rs[0]['record']:>7.0f} {SETS[s][2]:>5} {m:7} {fmt(rate):>26} "
+            print(f"{s:9} {rs[0]['record']:>7.0f} {SETS[s][2]:>5} {m:7} "
+                  f"{fmt([r['rate'] for r in rs]):>26} {fmt([r['cpu'] for r in rs]):>20} "
                   f"{fmt([r['load_s'] for r in rs], '{:.2f}'):>18} "
                   f"{fmt([r['rss_over'] for r in rs]):>16} "
-                  f"{statistics.median(r['held_over'] for r in rs):>10.0f} {ratio:>12}")
+                  f"{statistics.median(r['held_over'] for r in rs):>10.0f}")
+    print("pymem/buffer per repeat, median (min-max):")
+    for s in a.sets:
+        pairs = list(zip(res[s, "buffer"], res[s, "pymem"]))
+        rate = [p["rate"] / b["rate"] for b, p in pairs]
+        cpu = [p["cpu"] / b["cpu"] for b, p in pairs]
+        print(f"  {s:9} samples/s {fmt(rate, '{:.2f}')}   cpu/rec {fmt(cpu, '{:.2f}')}")
     return 0
 
 
