@@ -26,8 +26,8 @@ from . import pictures
 from .dataset import INDEX, KIND, MANIFEST, Dataset, RecordIndex, is_dataset, open_dataset
 from .presets import get_preset
 
-__all__ = ["generate", "write_dataset", "check_dtype", "dtypes_of", "Synthetic", "prepare_output", "owned_files",
-           "remove_owned", "block_records"]
+__all__ = ["generate", "write_dataset", "check_dtype", "dtypes_of", "Synthetic",
+           "prepare_output", "owned_files", "remove_owned", "block_records"]
 
 BLOCK_BYTES = 16 << 20  # raw pixels rendered per block: bounded memory, numpy-sized work
 

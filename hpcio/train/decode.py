@@ -2,9 +2,9 @@
 
 Raw records are never touched one by one: a batch whose records all have ``H*W*C``
 elements and lie back to back is one ``reshape`` of its buffer (a ``view`` first for
-records of another element type than uint8: Caffe's float32 HDF5). PNG and JPEG are decoded picture by
-picture, because that is what the codecs do; Pillow releases the GIL inside its decoders
-and resamplers, so a pool of threads decodes in parallel.
+records of another element type than uint8: Caffe's float32 HDF5). PNG and JPEG are
+decoded picture by picture, because that is what the codecs do; Pillow releases the GIL
+inside its decoders and resamplers, so a pool of threads decodes in parallel.
 """
 
 import io

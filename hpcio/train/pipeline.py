@@ -19,8 +19,8 @@ Raw records are converted over the whole chunk at once (one reshape of the buffe
 for the resize and arithmetic): no Python runs per sample. Raw records may be stored in
 another element type than uint8 (the manifest's ``dtype``, ``layout`` and ``scale``:
 Caffe's float32 HDF5 holds pixels x 1/256, plane after plane): the arithmetic then runs
-in the stored units, whose white is ``255 * scale``, so scaled data is never re-scaled
-on its own, only mapped once to the model's input like uint8 pixels. PNG/JPEG are decoded per
+in the stored units, whose white is ``255 * scale``, so scaled data is not re-scaled as
+if it were pixels, only mapped once to the model's input. PNG/JPEG are decoded per
 picture in Pillow, which releases the GIL, so the workers decode in parallel; the decoded
 chunk is then resized in one torch call on uint8 (its vectorised channels-last kernel:
 Pillow's bilinear filter within a grey level), several times cheaper than Pillow picture
@@ -250,10 +250,11 @@ class Pipeline:
 
     ``manifest``: the dataset manifest (``encoding`` raw|png|jpeg, ``shape`` [H, W, C],
     ``classes``; for raw records ``layout`` hwc|chw, ``dtype`` and ``scale``, the stored
-    value of a pixel value of 1); ``input_shape``: the model's (C, H, W). ``threads`` workers (>= 1),
-    ``prefetch`` batches of read-ahead (>= 0). ``augment``: random brightness (+-
-    ``brightness``) and clip; ``seed``: its generator is seeded with (seed, epoch, step),
-    so a step's deltas are reproducible (pass a rank-dependent seed for distinct ranks).
+    value of a pixel value of 1); ``input_shape``: the model's (C, H, W). ``threads``
+    workers (>= 1), ``prefetch`` batches of read-ahead (>= 0). ``augment``: random
+    brightness (+- ``brightness``) and clip; ``seed``: its generator is seeded with
+    (seed, epoch, step), so a step's deltas are reproducible (pass a rank-dependent seed
+    for distinct ranks).
     ``mean``/``std`` (scalars or per channel) normalise the [0, 1] pixels (the default
     maps them to [-1, 1], neutral for synthetic data); ``mean=0, std=1`` leaves them in
     [0, 1]. ``classes`` (default: the manifest's) bounds the labels.
