@@ -352,6 +352,8 @@ def run_row(run, study):
         "batch": int(cfg.get("batch")), "steps": steps,
         "step_s": elapsed / steps,
         "load_s": _load_s(cfg, eps),
+        "held_bytes": max(int((i.get("reader_stats") or {}).get("held_bytes") or 0)
+                          for i in infos) or None,
         "stall_pct": m.get("stall_percent"), "fetch_pct": m.get("fetch_percent"),
         "prep_pct": m.get("prep_percent"), "au_pct": m.get("au_percent_all_steps"),
         "opens_per_sample": tot["opens"] / recs, "calls_per_sample": tot["calls"] / recs,
@@ -439,10 +441,14 @@ def _paper_store(study, store):
     return study.stores[store].get("paper") or f"({store}: not in the paper)"
 
 
-def footprints(study):
+def footprints(study, runs=()):
     """Table 2 rows: {dataset, store, paper, ours (in the paper's unit, scaled to the
-    paper's record count), files, ram} for every store of every dataset; the memory stores
-    hold in RAM the store they load. Stores of different record counts are refused."""
+    paper's record count), files, ram} for every store of every dataset: ``du`` of the
+    stores on disk, and for the memory stores the bytes their records take in RAM (the
+    memory reader's ``held_bytes`` in ``runs``' rows). Stores of different record counts
+    are refused."""
+    held = {(r["dataset"], r["store"]): (r["held_bytes"], r["records"]) for r in runs
+            if r.get("held_bytes")}
     rows = []
     for dname in study.datasets:
         p = PAPER[dname]
@@ -452,7 +458,12 @@ def footprints(study):
             path = study.store_dir(dname, s)
             row = {"dataset": dname, "store": s, "paper": p["footprint"].get(s),
                    "ours": None, "files": None, "ram": "loads" in study.stores[s]}
-            if s not in study.skipped and os.path.isfile(os.path.join(path, "hpcio.json")):
+            if row["ram"]:
+                if (dname, s) in held:
+                    b, records = held[(dname, s)]
+                    row.update(records=records, ours=b * p["records"] / records / unit)
+                    mine.append(row)
+            elif s not in study.skipped and os.path.isfile(os.path.join(path, "hpcio.json")):
                 with open(os.path.join(path, "hpcio.json")) as f:
                     records = int(json.load(f)["records"])
                 b, files = footprint(path)
@@ -547,7 +558,8 @@ def report(study, sweep_dir, out=HERE):
                          (f" ({problems[0]})" if problems else ""))
     rows = normalised(with_projection(combine(rows)))
     cw = cold_warm(rows)
-    fps = footprints(study)
+    fps = footprints(study, rows)
+    os.makedirs(out, exist_ok=True)
     figs = _figures(study, rows, cw, out)
     timing = {}
     if os.path.exists(os.path.join(sweep_dir, "timing.json")):
