@@ -68,6 +68,7 @@ def owned_files(root):
         return [], []
     own = [MANIFEST, m.get("index", INDEX)] + list(m.get("side_files", []))
     data, dirs = [], []
+    owned = getattr(FORMATS.get(m.get("format")), "owned", None)
     if m.get("source") in ("generate", "import"):
         try:
             idx = RecordIndex.load(os.path.join(root, m.get("index", INDEX)))
@@ -81,7 +82,8 @@ def owned_files(root):
             dirs.append(p)
             if p.endswith(".lmdb"):
                 data.append(p + "/lock.mdb")
-            data += [f"{p}/{f}" for f in s.get("files", [])]  # a shard folder's every file
+            if owned:  # the files a format's library keeps in a shard folder of hpcio's
+                data += [f"{p}/{f}" for f in owned(os.path.join(root, p))]
     return own + data, dirs
 
 

@@ -49,7 +49,7 @@ from .datum import describe, make_datum, parse_datum, parse_datums, read_varint,
     read_varints
 
 __all__ = ["NAME", "KEY", "OPTIONS", "Writer", "Native", "open_native", "targets",
-           "manifest_keys", "index", "scan", "in_use", "compact", "open_private"]
+           "manifest_keys", "index", "scan", "in_use", "owned", "compact", "open_private"]
 
 NAME = "leveldb"
 MAPPED = True  # LevelDB maps its table files: readers check a file before touching it
@@ -93,6 +93,18 @@ def manifest_keys(spec):
 
 
 # ---- the database as LevelDB sees it ---------------------------------------------------
+
+_FILES = re.compile(r"CURRENT|LOCK|LOG|LOG\.old|MANIFEST-\d+|\d+\.(log|ldb|sst|dbtmp)")
+
+
+def owned(path):
+    """The files of the database in ``path`` (LevelDB's own names: those an open may have
+    added since hpcio wrote it too), which ``--force`` replaces."""
+    try:
+        return sorted(n for n in os.listdir(path) if _FILES.fullmatch(n))
+    except OSError:
+        return []
+
 
 def in_use(path):
     """A line saying another process holds LevelDB ``path`` open, else None. Tried with a
@@ -210,8 +222,9 @@ class open_private:
             self.db = plyvel.DB(self.tmp, paranoid_checks=True, **CAFFE_OPTIONS)
             self.tables = _tables(self.db)
         except plyvel.Error as e:
+            why = self.say(e)
             self.close()
-            raise HpcioError(f"{path}: corrupt LevelDB database ({self.say(e)})")
+            raise HpcioError(f"{path}: corrupt LevelDB database ({why})")
         except OSError as e:
             self.close()
             raise HpcioError(f"{path}: cannot open it privately ({e})")
@@ -229,7 +242,9 @@ class open_private:
 
     def say(self, e):
         """LevelDB's message, first line, naming the dataset instead of the private copy."""
-        text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        text = e.args[0] if e.args else ""
+        text = (text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text))
+        text = text.strip().splitlines()[0] if text.strip() else type(e).__name__
         return text.replace(self.tmp, self.path) if self.tmp else text
 
     def close(self):
@@ -368,8 +383,8 @@ def _entries(buf, offs, sizes):
 
 
 def _table(path, size, buf):
-    """One table's data blocks (offsets, sizes, compression types, upper user keys) and
-    the entries of its uncompressed blocks."""
+    """One table's data blocks (offsets, compression types, upper user keys), whether its
+    index block is compressed, and the entries of its uncompressed blocks."""
     if size < 48:
         raise _Corrupt("too short for a table")
     foot = bytes(buf[size - 48:size])
@@ -392,7 +407,7 @@ def _table(path, size, buf):
         raise _Corrupt("unknown block compression")
     unc = kinds == 0
     upper = [k[:-8] for k, _ in items]
-    return offs, kinds, upper, _entries(buf, offs[unc], sizes[unc])
+    return offs, kinds, upper, kind == 1, _entries(buf, offs[unc], sizes[unc])
 
 
 def _close(m):
@@ -436,13 +451,13 @@ def _located(path, priv, maps):
                     raise _Corrupt(f"{os.fstat(f.fileno()).st_size} bytes, its MANIFEST "
                                    f"says {size}")
                 maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
-            offs, kinds, upper, (keys, klen, voff, vl) = \
+            offs, kinds, upper, packed_index, (keys, klen, voff, vl) = \
                 _table(name, size, np.frombuffer(maps[-1], np.uint8))
         except IndexError:
             raise _Corrupt(f"{name}: truncated block")
         except _Corrupt as e:
             raise _Corrupt(f"{name}: {e}")
-        snappy |= bool(kinds.any())
+        snappy |= packed_index or bool(kinds.any())
         blocks += [(upper[b], j, int(offs[b])) for b in np.flatnonzero(kinds)]
         # user keys: the trailer (sequence number and type) zeroed, then one bytes each
         rows = np.arange(len(klen))
@@ -624,10 +639,7 @@ class Writer:
         files = [f"{self.rel}/{t}" for t in s.tables]
         sha = ranges_sha256([os.path.join(self.path, t) for t in s.tables], s.file,
                             s.offset, s.length)
-        # every file of the database, so that --force replaces them all
-        extra = {"files": sorted(os.listdir(self.path))}
-        if s.compressed:
-            extra["compressed_records"] = s.compressed
+        extra = {"compressed_records": s.compressed} if s.compressed else {}
         return ShardResult(self.rel, (self.lo, self.hi), files, s.table_bytes, s.file,
                            s.offset, s.length, label, sha, extra)
 

@@ -70,8 +70,10 @@ class NaiveReader(Reader):
         get = native.get
         cursor = self.access == "cursor"
         if cursor and plan.steps and not (np.diff(plan.ids) > 0).all():
+            # this rank's plan: a padded last step can wrap around even unshuffled
             raise HpcioError("access=cursor reads records in key order, as Caffe's data "
-                             "reader does: it needs --shuffle none", everywhere=True)
+                             "reader does: it needs --shuffle none (and no padding: "
+                             "--drop-last)")
         skipped = [0]
         f0 = faults()
         clock = time.perf_counter
