@@ -480,3 +480,15 @@ def test_bad_data_to_train_is_one_line(tmp_path, sets, how, reader, says):
     line = one_line(p, says)
     assert "/tmp/hpcio-leveldb-" not in line
     assert snapshot(root) == before
+
+
+def test_raw_datums_decode_to_the_pictures(tmp_path):
+    """value=datum stores raw pictures plane after plane, as Caffe does: the manifest says
+    so and the pipeline gives back the pictures drawn, not CHW bytes read as HWC."""
+    from hpcio.train.decode import decode_records
+    ds = make_dataset(tmp_path, "leveldb", "raw", preset="cifar10", records=8, shards=1,
+                      value="datum")
+    assert ds.manifest["layout"] == "chw" and ds.shape == (32, 32, 3)
+    with make_reader("memory", ds) as r:
+        batch = next(iter(r.epoch(make_plan(ds.records, 1, 0, 8, shuffle="none"))))
+        assert np.array_equal(decode_records(batch, ds.manifest), draw("cifar10", 8)[0])
