@@ -8,7 +8,7 @@ Caffe's converters store them); ``compression=none`` (the default) or ``snappy``
 (LevelDB's default, what Caffe writes). The default is none because hpcio reads one
 dataset with every reader: snappy stores a block compressed wherever that saves 12.5%,
 and a record in a compressed block has no bytes of its own in the file to read at an
-offset; it stays for Caffe's footprint and for the naive reader.
+offset: snappy is there for Caffe's footprint and for the naive and memory readers.
 
 After writing, the memtable is flushed and compacted (``compact_range``) and LevelDB's
 background compaction is let finish: every record lies in an immutable table file
@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
+import plyvel
 
 from ..data.dataset import RecordIndex
 from ..errors import HpcioError
@@ -49,7 +50,7 @@ from .datum import describe, make_datum, parse_datum, parse_datums, read_varint,
     read_varints
 
 __all__ = ["NAME", "KEY", "OPTIONS", "Writer", "Native", "open_native", "targets",
-           "manifest_keys", "index", "scan", "in_use", "owned", "compact", "open_private"]
+           "manifest_keys", "index", "scan", "in_use", "owned", "compact", "Private"]
 
 NAME = "leveldb"
 MAPPED = True  # LevelDB maps its table files: readers check a file before touching it
@@ -127,11 +128,12 @@ def _tables(db):
     """[(level, number, bytes)] of the live table files (``leveldb.sstables``)."""
     out, level = [], 0
     for line in db.get_property(b"leveldb.sstables").decode("latin-1").splitlines():
-        m = re.match(r"--- level (\d+) ---", line) or re.match(r" (\d+):(\d+)\[", line)
-        if m and line.startswith("---"):
-            level = int(m.group(1))
-        elif m:
-            out.append((level, int(m.group(1)), int(m.group(2))))
+        head = re.match(r"--- level (\d+) ---", line)
+        table = re.match(r" (\d+):(\d+)\[", line)
+        if head:
+            level = int(head.group(1))
+        elif table:
+            out.append((level, int(table.group(1)), int(table.group(2))))
     return out
 
 
@@ -168,7 +170,6 @@ def _settle(db, path, patience=60.0):
 def compact(path):
     """Open LevelDB ``path`` itself (this writes into it), compact it fully and let the
     background compaction finish, so that hpcio can index it."""
-    import plyvel
     db = plyvel.DB(path, **CAFFE_OPTIONS)
     try:
         db.compact_range()
@@ -182,12 +183,12 @@ def _remedy(path):
             f"(it writes into the database)")
 
 
-class open_private:
-    """LevelDB ``path`` opened read-only through a directory of this process's own (see
-    the module docstring): ``.db`` is the plyvel DB, ``.tables`` its live tables."""
+class Private:
+    """LevelDB ``path`` opened through a directory of this process's own (see the module
+    docstring): ``.db`` is the plyvel DB, ``.tables`` its live tables (level, number,
+    bytes); ``close`` removes the directory."""
 
     def __init__(self, path):
-        import plyvel
         self.path, self.tmp, self.db = path, None, None
         why = in_use(path)
         if why:
@@ -382,7 +383,7 @@ def _entries(buf, offs, sizes):
     return keys, klen, voff, vl
 
 
-def _table(path, size, buf):
+def _table(size, buf):
     """One table's data blocks (offsets, compression types, upper user keys), whether its
     index block is compressed, and the entries of its uncompressed blocks."""
     if size < 48:
@@ -438,9 +439,10 @@ class Scan:
 
 
 def _located(path, priv, maps):
-    """Parse the live tables of ``priv``: (names, where, blocks, snappy). ``where`` maps the user
-    key of every entry of an uncompressed block to (table, value offset, value length);
-    ``blocks`` lists the compressed blocks as (upper user key, table, offset), sorted."""
+    """Parse the live tables of ``priv`` (mapped into ``maps``): their file names, and
+    ``where``, the user key of every entry of an uncompressed block -> (table, value
+    offset, value length); ``blocks``, the compressed blocks as (upper user key, table,
+    offset), sorted; ``snappy``, whether any block is compressed."""
     names, where, blocks, snappy = [], {}, [], False
     for j, (_, number, size) in enumerate(priv.tables):
         name = os.path.basename(os.path.realpath(priv.file(number)))
@@ -452,7 +454,7 @@ def _located(path, priv, maps):
                                    f"says {size}")
                 maps.append(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
             offs, kinds, upper, packed_index, (keys, klen, voff, vl) = \
-                _table(name, size, np.frombuffer(maps[-1], np.uint8))
+                _table(size, np.frombuffer(maps[-1], np.uint8))
         except IndexError:
             raise _Corrupt(f"{name}: truncated block")
         except _Corrupt as e:
@@ -480,8 +482,7 @@ def scan(path, chunk_bytes=16 << 20):
     tables, walk its values through LevelDB with checksums verified, ``chunk_bytes`` at a
     time, and check that every record found in an uncompressed block is byte for byte
     LevelDB's value."""
-    import plyvel
-    priv = open_private(path)
+    priv = Private(path)
     maps, views = [], []
     parts, datum, first, compressed = [], True, None, 0
     try:
@@ -593,7 +594,6 @@ class Writer:
     Caffe's options; ``close`` compacts it and indexes it with :func:`scan`."""
 
     def __init__(self, root, k, lo, hi, spec):
-        import plyvel
         o = _options(spec)
         self.rel = shard_stem(k) + ".leveldb"
         self.path = os.path.join(root, self.rel)
@@ -653,7 +653,7 @@ class Writer:
 
 class Native:
     """Every shard's database opened by this rank through its own private directory
-    (:class:`open_private`); ``get(i)`` is one ``db.get``, ``walk`` steps an iterator
+    (:class:`Private`); ``get(i)`` is one ``db.get``, ``walk`` steps an iterator
     over the other ranks' records, as Caffe's data layer reads a LevelDB."""
 
     def __init__(self, ds):
@@ -667,7 +667,7 @@ class Native:
         self.dbs, self._its = [], None
         try:
             for shard in ds.manifest["shards"]:
-                self.dbs.append(open_private(os.path.join(ds.root, shard["path"])))
+                self.dbs.append(Private(os.path.join(ds.root, shard["path"])))
         except BaseException:
             self.close()
             raise
@@ -684,7 +684,6 @@ class Native:
         return v
 
     def get(self, i):
-        import plyvel
         s = self._shard(i)
         key = bytes(self.keys[i]) if self.keys is not None else (self.template % i).encode()
         try:
@@ -700,7 +699,6 @@ class Native:
         """Records ``ids`` (increasing) as Caffe's data layer fetches them: an iterator per
         shard walks the keys in order and steps over (``next``) the records in between,
         which are other ranks' in a data-parallel job; ``skipped[0]`` counts them."""
-        import plyvel
         if self._its is None:
             self._its = [[p.db.iterator(include_key=False), None, None] for p in self.dbs]
         for i in ids:
