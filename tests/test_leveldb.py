@@ -52,12 +52,13 @@ def snapshot(root):
 
 
 def db_values(path):
-    """{key: value} of LevelDB ``path`` through plyvel, on a copy (an open writes into it)."""
+    """{key: db.get(key)} of LevelDB ``path`` in key order, through plyvel on a copy (an
+    open writes into the database)."""
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(path, os.path.join(tmp, "db"))
         db = plyvel.DB(os.path.join(tmp, "db"))
         try:
-            return dict(db.iterator())
+            return {k: db.get(k) for k in db.iterator(include_value=False)}
         finally:
             db.close()
 

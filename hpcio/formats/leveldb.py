@@ -21,11 +21,10 @@ blocks are indexed at their block (``compressed_records`` in the shard's entry):
 LevelDB reads them, so the coordinated reader refuses such a dataset.
 
 Native access: LevelDB lets one process open a database (an fcntl lock on ``LOCK``) and
-writes into its directory on every open (a new MANIFEST and log). So every rank opens
-its own copy: a temporary directory holding copies of CURRENT and the MANIFEST and
-symbolic links to the dataset's table files, removed on close. LevelDB reads the shared
-tables through the links and writes only into that directory; nothing is due for
-compaction there (checked on open), so the dataset directory is never written.
+writes into its directory on every open (a new MANIFEST and log), so every rank opens a
+temporary directory of its own: copies of CURRENT and the MANIFEST, symbolic links to the
+dataset's immutable tables. LevelDB reads the shared tables and writes only there, and
+with nothing due for compaction (checked on open) it rewrites no table.
 """
 
 import bisect
