@@ -14,7 +14,7 @@ from ..readers.hints import parse_hints
 from . import importers, pictures
 from .dataset import open_dataset
 from .presets import PRESETS, get_preset
-from .write import generate
+from .write import dtypes_of, generate
 
 __all__ = ["build_parser", "main", "summary", "COMMANDS"]
 
@@ -39,7 +39,9 @@ def summary(ds):
     lines = [
         f"{ds.root}",
         f"  format {m['format']}, encoding {m['encoding']}, records {n:,}, shape "
-        f"{'x'.join(map(str, m.get('shape', [])))} {m.get('dtype', 'uint8')}, classes "
+        f"{'x'.join(map(str, m.get('shape', [])))} {m.get('dtype', 'uint8')}"
+        + (f" (stored {m.get('layout', 'hwc')}, pixel x {m['scale']})" if "scale" in m
+           else "") + ", classes "
         f"{m.get('classes')}",
         f"  bytes {_size(int(ln.sum()))} in records ({_size(int(idx.file_bytes.sum()))} in "
         f"{len(idx.files):,} files), record mean {ln.mean() if n else 0:.0f} B, "
@@ -60,6 +62,7 @@ def summary(ds):
 # ---- command line -----------------------------------------------------------------------------
 
 COMMANDS = ("generate", "import", "index", "info")
+DTYPES = list(dict.fromkeys(d for m in FORMATS.values() for d in dtypes_of(m)))
 
 
 def _comm():
@@ -81,6 +84,10 @@ def _add_output(p):
                        f"{n}: " + ", ".join(f"{k}={'|'.join(c)}" for k, c in m.OPTIONS.items())
                        for n, m in FORMATS.items() if getattr(m, "OPTIONS", None))
                    + " (the first of each is the default)")
+    p.add_argument("--dtype", default="uint8", choices=DTYPES,
+                   help="element type of raw records: float32 is what Caffe's HDF5 data "
+                        "layer reads (hdf5 only: N x C x H x W pixels x 0.00390625 in "
+                        "datasets data and label; implies --encoding raw)")
     p.add_argument("--quality", type=int, default=None,
                    help="JPEG quality (default: the preset's, 90 for imports)")
     p.add_argument("--force", action="store_true",
@@ -194,20 +201,23 @@ def _format_options(a):
 
 def _cmd_generate(a, comm):
     p = get_preset(a.preset)
-    ds = generate(a.out, a.preset, a.records, a.format, a.encoding or p.encoding, a.shards,
-                  a.seed, a.force, comm, _progress_default(a.progress),
+    raw = "raw" if a.dtype != "uint8" else None  # other element types are pixels
+    ds = generate(a.out, a.preset, a.records, a.format, a.encoding or raw or p.encoding,
+                  a.shards, a.seed, a.force, comm, _progress_default(a.progress),
                   shape=a.shape, chunk_records=a.chunk_records, quality=a.quality,
-                  **_format_options(a))
+                  dtype=a.dtype, **_format_options(a))
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 
 
 def _cmd_import(a, comm):
-    ds = importers.import_data(a.kind, a.src, a.out, format=a.format, encoding=a.encoding,
-                               shards=a.shards, split=a.split, force=a.force, comm=comm,
+    raw = "raw" if a.dtype != "uint8" else None  # other element types are pixels
+    ds = importers.import_data(a.kind, a.src, a.out, format=a.format,
+                               encoding=a.encoding or raw, shards=a.shards,
+                               split=a.split, force=a.force, comm=comm,
                                progress=_progress_default(a.progress),
                                chunk_records=a.chunk_records, quality=a.quality,
-                               **_format_options(a))
+                               dtype=a.dtype, **_format_options(a))
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 

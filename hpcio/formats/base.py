@@ -70,7 +70,9 @@ class Block:
 
 @dataclass
 class Spec:
-    """What is being written: dataset-wide facts and the format's options."""
+    """What is being written: dataset-wide facts and the format's options. ``dtype`` is
+    the element type of raw records on disk (a format lists the ones it stores in
+    ``DTYPES``; uint8 alone where it has none); blocks always come as uint8 pixels."""
 
     format: str
     encoding: str
@@ -79,6 +81,7 @@ class Spec:
     records: int
     shards: int
     options: dict = field(default_factory=dict)
+    dtype: str = "uint8"
 
 
 @dataclass

@@ -307,7 +307,7 @@ def setup(args):
     config.update({
         "ranks": world.size, "nodes": world.nodes, "run_dir": out.path,
         "dataset": {k: ds.manifest.get(k) for k in ("format", "encoding", "shape",
-                                                    "classes", "records")},
+                                                    "dtype", "classes", "records")},
         "dataset_bytes": ds.nbytes(),
         "steps_per_epoch": steps_per_epoch, "plan_steps_per_epoch": plan0.steps,
         "input_shape": list(input_shape), "num_classes": classes,
