@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -226,6 +227,28 @@ def test_native_reader_never_writes_the_dataset(tmp_path, monkeypatch):
         b.close()
     assert os.listdir(private) == []
     assert snapshot(ds.root) == before
+
+
+def test_directories_of_ranks_that_died_are_removed(tmp_path, monkeypatch):
+    """An MPI abort ends ranks before they close their readers: the next open on the host
+    removes the private directories of processes that are gone, and no other."""
+    ds = make_dataset(tmp_path, "leveldb", "raw", records=20, shards=1)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    host = socket.gethostname()
+    for pid in (gone, str(os.getpid())):
+        (tmp_path / f"hpcio-leveldb-{host}-{pid}-x").mkdir()
+    (tmp_path / f"hpcio-leveldb-otherhost-{gone}-x").mkdir()
+    native = leveldb.Native(ds)
+    try:
+        left = sorted(n for n in os.listdir(tmp_path) if n.startswith("hpcio-leveldb-"))
+        assert f"hpcio-leveldb-{host}-{gone}-x" not in left
+        assert f"hpcio-leveldb-{host}-{os.getpid()}-x" in left
+        assert f"hpcio-leveldb-otherhost-{gone}-x" in left
+        assert len(left) == 3  # and this reader's own
+    finally:
+        native.close()
 
 
 def test_cursor_walks_key_order_like_caffe(tmp_path):
@@ -452,7 +475,8 @@ def test_training_on_leveldb(tmp_path, sets, reader):
     extra = ["--reader-option", opt, "--shuffle", "none"] if opt else []
     p = run_mpi(2, TRAIN + ["--data", sets["datum"], "--model", "lenet", "--reader", name,
                             "--batch", 4, "--steps", 3, "--epochs", 2, "--out",
-                            tmp_path / "run"] + extra, timeout=240)
+                            tmp_path / "run"] + extra, timeout=240,
+                env={"TMPDIR": str(tmp_path)})
     assert p.returncode == 0, p.stdout + p.stderr
     with open(tmp_path / "run" / "summary.json") as f:
         assert json.load(f)["metrics"]["records"] == 2 * 4 * 3 * 2
@@ -477,7 +501,7 @@ def test_bad_data_to_train_is_one_line(tmp_path, sets, how, reader, says):
     before = snapshot(root)
     p = run_mpi(2, TRAIN + ["--data", root, "--model", "emulate", "--reader", reader,
                             "--batch", 4, "--compute-time", 0, "--out", tmp_path / "run"],
-                timeout=120)
+                timeout=120, env={"TMPDIR": str(tmp_path)})
     line = one_line(p, says)
     assert "/tmp/hpcio-leveldb-" not in line
     assert snapshot(root) == before

@@ -24,7 +24,8 @@ Native access: LevelDB lets one process open a database (an fcntl lock on ``LOCK
 writes into its directory on every open (a new MANIFEST and log), so every rank opens a
 temporary directory of its own: copies of CURRENT and the MANIFEST, symbolic links to the
 dataset's immutable tables. LevelDB reads the shared tables and writes only there, and
-with nothing due for compaction (checked on open) it rewrites no table.
+with nothing due for compaction (checked on open) it rewrites no table. A job ended by an
+MPI abort leaves its ranks' directories behind: the next open on that host removes them.
 """
 
 import bisect
@@ -35,6 +36,7 @@ import mmap
 import os
 import re
 import shutil
+import socket
 import tempfile
 import time
 from dataclasses import dataclass
@@ -177,6 +179,29 @@ def compact(path):
         db.close()
 
 
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # someone else's process
+        pass
+    return True
+
+
+def _private_dir():
+    """A new directory for :class:`Private`, named after this host and process; those of
+    this host's processes that are gone (an MPI abort ends ranks before their ``close``)
+    are removed first."""
+    base = tempfile.gettempdir()
+    mine = f"hpcio-leveldb-{socket.gethostname()}-"
+    for name in os.listdir(base):
+        pid = name[len(mine):].split("-")[0] if name.startswith(mine) else ""
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{mine}{os.getpid()}-", dir=base)
+
+
 def _remedy(path):
     return (f"python -c \"from hpcio.formats.leveldb import compact; compact('{path}')\" "
             f"(it writes into the database)")
@@ -211,7 +236,7 @@ class Private:
                 raise HpcioError(f"{path}: {size:,} bytes of writes lie in its log {name}, "
                                  f"not in its tables; LevelDB moves them into a table when "
                                  f"it next opens the database: {_remedy(path)}")
-        self.tmp = tempfile.mkdtemp(prefix="hpcio-leveldb-")
+        self.tmp = _private_dir()
         try:
             for name in ("CURRENT", manifest):
                 shutil.copyfile(os.path.join(path, name), os.path.join(self.tmp, name))
