@@ -75,8 +75,8 @@ def torch_threads(world, want=0):
 
 class Step:
     """One training step of a real model: forward, loss, backward (DDP allreduces the
-    gradients during it), optimiser step; synchronised on GPU so its time is the
-    device's, not the launch's."""
+    gradients during it), optimiser step (Horovod's waits for its allreduces there);
+    synchronised on GPU so its time is the device's, not the launch's."""
 
     def __init__(self, model, optimizer, device):
         import torch
@@ -87,7 +87,8 @@ class Step:
         model.train()
 
     def __call__(self, x, y):
-        self.optimizer.zero_grad(set_to_none=True)
+        # set_to_none is the default (torch >= 2.0); Horovod's optimiser takes no argument
+        self.optimizer.zero_grad()
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
         self.optimizer.step()
