@@ -2,10 +2,13 @@
 returns, the records are the ones (seed, id) define, and native access agrees."""
 
 import os
+import shutil
+import tempfile
 
 import h5py
 import lmdb
 import numpy as np
+import plyvel
 import pytest
 
 from hpcio.data import pictures
@@ -35,6 +38,14 @@ def library_bytes(ds, i):
     if ds.format == "lmdb":
         with lmdb.open(p, readonly=True, lock=False) as env, env.begin() as txn:
             return txn.get(b"%08d" % i)
+    if ds.format == "leveldb":  # plyvel on a copy: opening a LevelDB writes into it
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(p, os.path.join(tmp, "db"))
+            db = plyvel.DB(os.path.join(tmp, "db"))
+            try:
+                return db.get(b"%08d" % i)
+            finally:
+                db.close()
     if ds.format == "hdf5":
         with h5py.File(p, "r") as f:
             images = f[m["hdf5"]["images"]]

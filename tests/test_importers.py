@@ -15,7 +15,7 @@ from hpcio.data import pictures
 from hpcio.data.dataset import open_dataset
 from hpcio.errors import HpcioError
 from hpcio.formats import FORMATS
-from hpcio.formats.lmdb import make_datum, parse_datum
+from hpcio.formats.datum import make_datum, parse_datum
 from hpcio.data.importers import import_data, index_path, load_cifar10, load_mnist
 from hpcio.data.presets import PRESETS
 from hpcio.plan import make_plan

@@ -7,9 +7,10 @@ import sys
 import numpy as np
 
 from ..cli import ArgumentParser, ExamplesFormatter, shape
-from ..errors import guard
+from ..errors import HpcioError, guard
 from ..formats import FORMATS
 from ..mpiutil import on_root
+from ..readers.hints import parse_hints
 from . import importers, pictures
 from .dataset import open_dataset
 from .presets import PRESETS, get_preset
@@ -78,6 +79,11 @@ def _add_output(p):
     p.add_argument("--chunk-records", type=int, default=None,
                    help="hdf5 only: chunked layout with this many records per chunk "
                         "(raw encoding; default contiguous)")
+    p.add_argument("--format-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a format option, repeatable; " + "; ".join(
+                       f"{n}: " + ", ".join(f"{k}={'|'.join(c)}" for k, c in m.OPTIONS.items())
+                       for n, m in FORMATS.items() if getattr(m, "OPTIONS", None))
+                   + " (the first of each is the default)")
     p.add_argument("--dtype", default="uint8", choices=DTYPES,
                    help="element type of raw records: float32 is what Caffe's HDF5 data "
                         "layer reads (hdf5 only: N x C x H x W pixels x 0.00390625 in "
@@ -105,6 +111,8 @@ def build_parser():
                "imagenet --format packed --shards 64\n"
                "  python -m hpcio.datagen import mnist ~/mnist /tmp/mnist-h5 --format hdf5 "
                "--encoding raw\n"
+               "  python -m hpcio.datagen generate /tmp/mnist-ldb --format leveldb "
+               "--format-option compression=snappy\n"
                "  python -m hpcio.datagen index /data/ilsvrc12_train_lmdb\n"
                "  python -m hpcio.datagen info /tmp/mnist",
         formatter_class=ExamplesFormatter)
@@ -148,14 +156,15 @@ def build_parser():
                         "unchanged (default: keep for folder, png for mnist/cifar10)")
     _add_output(i)
 
-    x = sub.add_parser("index", formatter_class=ExamplesFormatter, help="index a dataset made elsewhere (LMDB, HDF5, image "
-                                     "folder) without touching its data",
+    x = sub.add_parser("index", formatter_class=ExamplesFormatter, help="index a dataset made elsewhere (LMDB, LevelDB, HDF5, "
+                                     "image folder) without touching its data",
                        description="Write hpcio.json + index.npz for an existing LMDB "
-                                   "environment (e.g. Caffe convert_imageset), HDF5 file "
-                                   "with images/labels datasets, or folder of images in "
-                                   "class sub-folders. The data is only read.")
-    x.add_argument("path", help="LMDB environment directory (or data.mdb), HDF5 file, or "
-                                "image folder")
+                                   "environment or LevelDB database (e.g. Caffe "
+                                   "convert_imageset), HDF5 file with images/labels "
+                                   "datasets, or folder of images in class sub-folders. "
+                                   "The data is only read.")
+    x.add_argument("path", help="LMDB environment directory (or data.mdb), LevelDB "
+                                "directory, HDF5 file, or image folder")
     x.add_argument("--out", default=None,
                    help="where to write the manifest and index (default: PATH if a "
                         "directory, else its parent)")
@@ -178,13 +187,25 @@ def _progress_default(flag):
     return sys.stderr.isatty() if flag is None else flag
 
 
+def _format_options(a):
+    """``--format-option`` as a dict, each one an option of the chosen format."""
+    opts = parse_hints(a.format_option, "--format-option")
+    have = getattr(FORMATS[a.format], "OPTIONS", {})
+    for k in opts:
+        if k not in have:
+            raise HpcioError(f"--format-option {k}: the {a.format} format has no such option"
+                             + (f" (it has {', '.join(have)})" if have else ""),
+                             everywhere=True)
+    return opts
+
+
 def _cmd_generate(a, comm):
     p = get_preset(a.preset)
     raw = "raw" if a.dtype != "uint8" else None  # other element types are pixels
     ds = generate(a.out, a.preset, a.records, a.format, a.encoding or raw or p.encoding,
                   a.shards, a.seed, a.force, comm, _progress_default(a.progress),
                   shape=a.shape, chunk_records=a.chunk_records, quality=a.quality,
-                  dtype=a.dtype)
+                  dtype=a.dtype, **_format_options(a))
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 
@@ -196,7 +217,7 @@ def _cmd_import(a, comm):
                                split=a.split, force=a.force, comm=comm,
                                progress=_progress_default(a.progress),
                                chunk_records=a.chunk_records, quality=a.quality,
-                               dtype=a.dtype)
+                               dtype=a.dtype, **_format_options(a))
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 

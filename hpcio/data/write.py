@@ -68,6 +68,7 @@ def owned_files(root):
         return [], []
     own = [MANIFEST, m.get("index", INDEX)] + list(m.get("side_files", []))
     data, dirs = [], []
+    owned = getattr(FORMATS.get(m.get("format")), "owned", None)
     if m.get("source") in ("generate", "import"):
         try:
             idx = RecordIndex.load(os.path.join(root, m.get("index", INDEX)))
@@ -81,6 +82,8 @@ def owned_files(root):
             dirs.append(p)
             if p.endswith(".lmdb"):
                 data.append(p + "/lock.mdb")
+            if owned:  # the files a format's library keeps in a shard folder of hpcio's
+                data += [f"{p}/{f}" for f in owned(os.path.join(root, p))]
     return own + data, dirs
 
 
@@ -171,6 +174,7 @@ def prepare_output(out, targets, force=False):
         if not force:
             raise HpcioError(f"{out}: already holds an hpcio dataset (pass --force to "
                              f"replace it)")
+        _check_unused(out)
         files, dirs = owned_files(out)
         remove_owned(out, files, dirs)
     elif not force:
@@ -183,6 +187,22 @@ def prepare_output(out, targets, force=False):
             raise HpcioError(f"{p}: exists and was not written by hpcio; move it away or "
                              f"choose another output directory")
     _mark(out, targets)
+
+
+def _check_unused(out):
+    """Refuse to replace a dataset whose shards another process holds open (a format's
+    ``in_use(path)`` says which: LevelDB's lock)."""
+    try:
+        with open(os.path.join(out, MANIFEST)) as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return
+    in_use = getattr(FORMATS.get(m.get("format")), "in_use", None) \
+        if isinstance(m, dict) else None
+    for s in m.get("shards", []) if in_use and m.get("source") != "index" else []:
+        why = in_use(os.path.join(out, s.get("path", "")))
+        if why:
+            raise HpcioError(why)
 
 
 def _mark(out, targets):
@@ -265,11 +285,11 @@ def _write_shards(out, source, spec, fmt, mine, ranges, progress, quality):
             if w is not None:
                 w.abort()
             raise
-        except Exception as e:  # OSError, lmdb.Error, h5py's errors: one line
+        except Exception as e:  # OSError, lmdb.Error, h5py's and plyvel's errors: one line
             if w is not None:
                 w.abort()
             if not isinstance(e, (OSError, RuntimeError)) and \
-                    type(e).__module__.split(".")[0] not in ("lmdb", "h5py"):
+                    type(e).__module__.split(".")[0] not in ("lmdb", "h5py", "plyvel"):
                 raise
             raise write_error(path, e)
     return results

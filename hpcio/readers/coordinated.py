@@ -63,7 +63,8 @@ What it does differently from the naive reader:
   records with ``open`` + ``preadv`` into place, on ``threads`` worker threads of the I/O
   thread, the file names taken from the broadcast index (no rank lists the folders).
 
-LMDB and HDF5 files are read as bytes at the index offsets, never through their libraries.
+LMDB, LevelDB and HDF5 files are read as bytes at the index offsets, never through their
+libraries; a dataset with records stored compressed (LevelDB's snappy blocks) is refused.
 Stopping an epoch early must happen at the same batch on every rank (the reads already in
 flight are completed, so every rank leaves the collectives together).
 
@@ -82,6 +83,7 @@ from collections import deque
 
 import numpy as np
 
+from ..data.dataset import compressed_records
 from ..errors import HpcioError
 from ..fsutil import aligned_empty
 from ..mpicompat import check_romio
@@ -216,6 +218,15 @@ class CoordinatedReader(Reader):
                  max_request_bytes=64 << 20, threads=4, sieve_gap: int = None,
                  sieve_ratio=3.0, willneed=True, shared: Auto = False, ramp=True, **options):
         super().__init__(dataset, comm, **options)
+        packed = compressed_records(dataset.manifest)
+        if packed:
+            comp = dataset.manifest.get(dataset.format, {}).get("compression")
+            raise HpcioError(f"{dataset.root}: {packed:,} of its {dataset.records:,} records "
+                             f"lie compressed in their files ({dataset.format} compression="
+                             f"{comp}) and the coordinated reader reads records as bytes at "
+                             f"their offsets: read it with the naive or memory reader, or "
+                             f"make it again with --format-option compression=none",
+                             everywhere=True)
         MPI = _mpi()
         check_romio(MPI)
         self.prefetch = max(0, int(prefetch))

@@ -5,7 +5,8 @@ Every rank loads *every* file of the dataset (a sequential read of each file in 
 pieces into one page-aligned buffer, timed as ``stats.load_s``), so any plan — any shuffle,
 any epoch — is served from RAM. On one node that costs ranks x dataset bytes of memory;
 the reader refuses to load more than ``max_bytes`` (default: half of the free memory,
-shared between the node's ranks).
+shared between the node's ranks). A dataset with records stored compressed (LevelDB's
+snappy blocks) is loaded record by record through the format's own library instead.
 
 How the records are held (option ``hold``, Lim et al. 2016's two in-memory stores):
 ``buffer`` (default) is their "cppmem", the files in one buffer and a batch one numpy
@@ -22,13 +23,15 @@ import time
 
 import numpy as np
 
+from ..data.dataset import compressed_records
 from ..errors import HpcioError
+from ..formats import FORMATS
 from ..fsutil import aligned_empty
 from ..mpiutil import node_comm
 from .assemble import gather, layout
 from .base import Batch, BufferRing, Reader, faults, register, size_error
 
-__all__ = ["MemoryReader", "load_files", "HOLD"]
+__all__ = ["MemoryReader", "load_files", "load_native", "HOLD"]
 
 PIECE = 8 << 20
 #: how records are held: one buffer ("cppmem") or a list of bytes, one per record ("pymem")
@@ -76,6 +79,23 @@ def load_files(paths, sizes, out, piece=PIECE):
     return calls
 
 
+def load_native(ds, out, start):
+    """Every record through the format's own library into ``out`` at ``start`` (records
+    stored compressed, which only the library gives); returns the files it opened."""
+    native = FORMATS[ds.format].open_native(ds)
+    try:
+        length = ds.index.length
+        for i in range(ds.records):  # once, before the first batch
+            rec = np.frombuffer(native.get(i), np.uint8)
+            if len(rec) != length[i]:
+                raise HpcioError(f"record {i} is {len(rec)} bytes, the index says "
+                                 f"{int(length[i])} (the data changed since it was indexed)")
+            out[start[i]:start[i] + len(rec)] = rec
+        return native.opens
+    finally:
+        native.close()
+
+
 @register
 class MemoryReader(Reader):
     """All files loaded into RAM at construction; batches gathered with numpy (or, held
@@ -87,7 +107,8 @@ class MemoryReader(Reader):
                  **options):
         super().__init__(dataset, comm, **options)
         idx = dataset.index
-        total = held = need = int(idx.file_bytes.sum())
+        native = compressed_records(dataset.manifest) > 0
+        total = held = need = int(idx.length.sum() if native else idx.file_bytes.sum())
         if hold == "pymem":  # the objects, while the buffer they are split off still lives
             need += int(idx.length.sum()) + len(idx) * (sys.getsizeof(b"") + 8)
         if max_bytes is None:
@@ -104,15 +125,20 @@ class MemoryReader(Reader):
                              f"shared between this node's ranks)", everywhere=True)
         base = np.zeros(len(idx.files) + 1, dtype=np.int64)
         np.cumsum(idx.file_bytes, out=base[1:])
-        self._start = base[idx.file] + idx.offset  # where record i lies in self.mem
+        # where record i lies in self.mem
+        self._start = layout(idx.length)[:-1] if native else base[idx.file] + idx.offset
         self.mem = aligned_empty(total)
         f0 = faults()
         t0 = time.perf_counter()
-        calls = load_files(dataset.paths, idx.file_bytes, self.mem)
+        if native:
+            calls, opens = 0, load_native(dataset, self.mem, self._start)
+        else:
+            calls, opens = load_files(dataset.paths, idx.file_bytes, self.mem), \
+                len(dataset.paths)
         self.stats.load_s = time.perf_counter() - t0
         self.stats.read_bytes = total
         self.stats.calls = calls
-        self.stats.opens = len(dataset.paths)
+        self.stats.opens = opens
         f1 = faults()
         self.stats.extra["load_minflt"] = f1[0] - f0[0]
         self.stats.extra["load_majflt"] = f1[1] - f0[1]
