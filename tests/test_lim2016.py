@@ -180,3 +180,16 @@ def test_report_refuses_stores_of_different_record_counts_in_one_line(tmp_path):
         "lim2016: error: stores of different record counts in one table (images 600, "
         "lmdb 60 records): compare stores of the same records"]
     assert list(out.iterdir()) == []  # no README, no figure
+
+
+def test_a_config_with_a_base_takes_the_bases_keys_under_its_own(tmp_path, monkeypatch):
+    path, _ = _config(tmp_path)
+    over = tmp_path / "over.yaml"
+    over.write_text(yaml.safe_dump({"base": "study.yaml", "root": "/nowhere/pfs",
+                                    "root_env": "LIM2016_TEST_ROOT", "ranks": [1]}))
+    monkeypatch.setenv("LIM2016_ROOT", str(tmp_path / "not-this"))
+    st = S.Study(str(over))
+    assert st.root == "/nowhere/pfs" and st.ranks == [1]
+    assert st.stores_of("mnist") == ["images", "lmdb"]  # the base's stores
+    monkeypatch.setenv("LIM2016_TEST_ROOT", str(tmp_path / "this"))
+    assert S.Study(str(over)).root == str(tmp_path / "this")
