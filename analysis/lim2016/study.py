@@ -15,7 +15,6 @@ import argparse
 import json
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import time
@@ -148,6 +147,7 @@ class Study:
         self.model_ranks = [int(r) for r in c.get("model_ranks", self.ranks)]
         self.caches = list(c.get("cache", ["cold", "warm"]))
         self.repeat = int(c.get("repeat", 1))
+        self.model_repeat = int(c.get("model_repeat", self.repeat))
         self.drop = int(c.get("drop_caches") or 0)
         if os.environ.get("LIM2016_DROP") == "0":
             self.drop = 0
@@ -252,16 +252,16 @@ def _pool(jobs, width=2):
     while queue or running:
         while queue and len(running) < width:
             label, argv = queue.pop(0)
-            running.append((label, argv, subprocess.Popen(
+            running.append((label, time.monotonic(), subprocess.Popen(
                 argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)))
-        label, argv, p = running.pop(0)
+        label, t0, p = running.pop(0)
         err = p.communicate()[1]
         if p.returncode:
             for _, _, q in running:
                 q.wait()
             last = [ln for ln in err.splitlines() if ln.strip()]
             raise HpcioError(f"{label} failed: {last[-1] if last else p.returncode}")
-        print(f"lim2016: {label} done", flush=True)
+        print(f"lim2016: {label} written ({time.monotonic() - t0:.0f} s)", flush=True)
 
 
 def generate(study):
@@ -279,15 +279,16 @@ def sweeps(study, compute, out):
     cmds = []
     drop = study.drop and os.geteuid() == 0
     for dname, d in study.datasets.items():
-        modes = [("emulate", d.get("emulate_steps"), study.ranks)]
+        modes = [("emulate", d.get("emulate_steps"), study.ranks, study.repeat)]
         if d.get("model"):
-            modes.insert(0, ("model", d.get("model_steps"), study.model_ranks))
+            modes.insert(0, ("model", d.get("model_steps"), study.model_ranks,
+                             study.model_repeat))
         groups = {}
         for sname in study.stores_of(dname):
             s = study.stores[sname]
             key = (s["reader"], tuple(_options(s)))
             groups.setdefault(key, []).append(study.store_dir(dname, sname))
-        for mode, steps, ranks in modes:
+        for mode, steps, ranks, repeat in modes:
             for cache in study.caches:
                 train = ["--batch", str(d["batch"]), "--shuffle", "none", "--cache", cache,
                          "--epochs", "1"]
@@ -307,7 +308,7 @@ def sweeps(study, compute, out):
                                     *(o.replace("=", "_") for o in opts)])
                     cmd = [sys.executable, "-m", "hpcio.sweep", "--data", *data,
                            "--reader", reader, "--ranks", ",".join(map(str, ranks)),
-                           "--repeat", str(study.repeat), "--launcher", launch,
+                           "--repeat", str(repeat), "--launcher", launch,
                            "--out", os.path.join(out, tag)]
                     cmd += [w for o in opts for w in ("--reader-option", o)]
                     cmds.append((os.path.join(out, tag), cmd + ["--"] + train))
@@ -393,20 +394,15 @@ def _load_s(cfg, eps):
 
 
 def combine(rows):
-    """Medians over the repeats of each (dataset, store, mode, cache, ranks)."""
+    """One row per (dataset, store, mode, cache, ranks): of its repeats the one with the
+    shortest step (other work shares the machine: the fastest repeat is the one it
+    disturbed least), with the repeat count."""
     groups = {}
     for r in rows:
         groups.setdefault((r["dataset"], r["store"], r["mode"], r["cache"], r["ranks"]),
                           []).append(r)
-    out = []
-    for rs in groups.values():
-        row = dict(rs[0], repeats=len(rs))
-        for k, v in rs[0].items():
-            if isinstance(v, float):
-                row[k] = statistics.median(r[k] for r in rs if r[k] is not None) \
-                    if any(r[k] is not None for r in rs) else None
-        out.append(row)
-    return out
+    return [dict(min(rs, key=lambda r: r["step_s"]), repeats=len(rs))
+            for rs in groups.values()]
 
 
 def with_projection(rows):
@@ -700,7 +696,9 @@ def readme(study, rows, cw, fps, timing, figs, env, problems):
     add("")
     add("- **Reads as Caffe reads:** records in key order (`--shuffle none`), every rank "
         "with the paper's batch (Caffe's batch is per GPU), LMDB through a cursor that steps "
-        "over the other rank's records. One repeat per point.\n"
+        f"over the other rank's records. Repeats per point: {study.repeat} emulated, "
+        f"{study.model_repeat} with the CPU model, interleaved; the fastest kept (other "
+        f"work shares this machine, and the CPU model's step is what it slows).\n"
         "- **Cold:** before each run `sync; echo 3 > /proc/sys/vm/drop_caches` (the paper's "
         "command: pages, dentries and inodes) and hpcio's `--cache cold` (the dataset's "
         "pages evicted, checked with mincore); **warm:** every file read once first.\n"
