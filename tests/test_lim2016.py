@@ -53,6 +53,7 @@ def test_projection_reads_only_the_first_epoch_cold_when_the_data_fit_in_memory(
 
 def test_verdict_says_how_much_of_the_papers_gap_shows():
     assert S.verdict(9.0, 17.0) == "holds"
+    assert S.verdict(43.0, 6.8) == "holds, 7x the paper's excess"
     assert S.verdict(2.6, 17.0) == "direction only (10% of the paper's excess)"
     assert S.verdict(1.05, 1.28) == "does not hold"
     assert S.verdict(None, 6.8) == "not measured"
