@@ -5,7 +5,9 @@ the job prints one line and ends (an MPI abort, so no rank waits in a collective
 that died):
 
 * an :class:`HpcioError` (a failure hpcio expected: bad flags, bad data) prints
-  ``<cmd>: error: <what>`` (``error (rank R)`` when only that rank saw it);
+  ``<cmd>: error: <what>`` (``error (rank R)`` when only that rank saw it); one that every
+  rank raises together before any work ends the job without an abort, so the launcher
+  adds nothing to the line;
 * anything else prints ``<cmd>: rank R: <what failed> (<Type>)`` and writes the traceback
   to ``error-rank-R.txt`` in the run's directory (:func:`report_to`; a temporary file
   before there is one), or to stderr with ``HPCIO_DEBUG=1``.
@@ -28,11 +30,16 @@ class HpcioError(Exception):
 
     ``everywhere=True`` says every rank raises the same error (bad flags, a check whose
     result was broadcast): then only rank 0 prints it, so 64 ranks give one message.
+    ``together=True`` (implies everywhere) says more: every rank raises it at the same
+    point, before the job started any work (no MPI call or file in flight). The job then
+    ends through ``MPI_Finalize`` with exit code 2, not with an abort, so the launcher
+    prints no abort banner; ranks that do not all arrive within seconds abort after all.
     """
 
-    def __init__(self, message, everywhere=False):
+    def __init__(self, message, everywhere=False, together=False):
         super().__init__(message)
-        self.everywhere = everywhere
+        self.everywhere = everywhere or together
+        self.together = together
 
 
 def report_to(path):
@@ -75,6 +82,22 @@ def _end(code, comm, size):
     if comm is not None and size > 1:
         time.sleep(0.5)  # let the launcher forward the message before the abort kills us
         comm.Abort(code)
+    os._exit(code)
+
+
+def _finish_together(comm, code, wait_s=10.0):
+    """Finalize MPI and exit ``code`` once every rank of ``comm`` is here (a barrier with
+    a deadline); returns if they do not all arrive (the caller then aborts)."""
+    from mpi4py import MPI
+    req = comm.Ibarrier()
+    deadline = time.monotonic() + wait_s
+    while not req.Test():
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    MPI.Finalize()
     os._exit(code)
 
 
@@ -124,8 +147,10 @@ def guard(main, prog="hpcio"):
                 time.sleep(1.0)
             where = f" (rank {rank})" if size > 1 and not e.everywhere else ""
             print(f"{prog}: error{where}: {e}", file=sys.stderr, flush=True)
-        elif size > 1:
+        elif size > 1 and not e.together:
             time.sleep(3.0)  # let rank 0 print and abort first
+        if size > 1 and e.together:
+            _finish_together(comm, 2)
         _end(2, comm, size)
     except KeyboardInterrupt:
         rank, size, comm = _world()
