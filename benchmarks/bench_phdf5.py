@@ -31,6 +31,7 @@ READERS = {"naive": "naive",
            "offsets": "coordinated",
            "offsets collective": "coordinated:collective=true",
            "mpio collective": "coordinated:hdf5=mpio",
+           "mpio cb_read off": "coordinated:hdf5=mpio:hint.romio_cb_read=disable",
            "mpio independent": "coordinated:hdf5=mpio:collective=false"}
 
 

@@ -85,7 +85,7 @@ def _end(code, comm, size):
     os._exit(code)
 
 
-def _finish_together(comm, code, wait_s=10.0):
+def _finish_together(comm, code, wait_s=5.0):
     """Finalize MPI and exit ``code`` once every rank of ``comm`` is here (a barrier with
     a deadline); returns if they do not all arrive (the caller then aborts)."""
     from mpi4py import MPI

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import time
 
 import h5py
 import pytest
@@ -18,7 +19,7 @@ import pytest
 from hpcio.errors import HpcioError
 from hpcio.readers import check_options
 
-from common.datasets import make_dataset
+from common.datasets import error_lines, make_dataset
 from common.mpi import run_mpi
 from test_train import check_run
 
@@ -89,6 +90,20 @@ def test_mpio_on_data_it_cannot_read_is_one_line(tmp_path, sets, name, says):
     ds = sets[name]
     for msg in _both(tmp_path, ds):
         assert msg == f"reader option hdf5=mpio: {ds.root} {says}"
+
+
+@pytest.mark.mpi
+def test_an_error_not_raised_together_still_ends_the_job(tmp_path):
+    """``together`` promises every rank raises it at once; a rank that breaks the promise
+    (here: rank 1 sleeps on) does not hang the job: rank 0 aborts after the deadline."""
+    code = ("import sys, time\nfrom mpi4py import MPI\nfrom hpcio.errors import HpcioError, "
+            "guard\ndef main():\n    if MPI.COMM_WORLD.rank == 0:\n        raise "
+            "HpcioError('only rank 0 says so', together=True)\n    time.sleep(60)\n"
+            "sys.exit(guard(main, prog='t'))\n")
+    t = time.monotonic()
+    p = run_mpi(2, ["-c", code], timeout=60)
+    assert time.monotonic() - t < 30 and p.returncode != 0, p.stderr
+    assert error_lines(p.stderr) == ["t: error: only rank 0 says so"], p.stderr
 
 
 @pytest.mark.parametrize("reader, opts, says", [
