@@ -31,7 +31,8 @@ READERS = {"naive": "naive",
            "offsets": "coordinated",
            "offsets collective": "coordinated:collective=true",
            "mpio collective": "coordinated:hdf5=mpio",
-           "mpio cb_read off": "coordinated:hdf5=mpio:hint.romio_cb_read=disable",
+           "mpio no two-phase": ("coordinated:hdf5=mpio:hint.romio_cb_read=disable:"
+                                 "hint.romio_ds_read=disable"),
            "mpio independent": "coordinated:hdf5=mpio:collective=false"}
 
 
