@@ -5,6 +5,8 @@
 #                       instead of the mpich wheel from PyPI (mpi4py 3.1 for MPICH < 4.1,
 #                       see scripts/install-mpi4py.sh)
 #   make VENV=.venv-system MPI=system test   a second venv beside .venv
+#   make horovod        build Horovod 0.28.1 (MPI, PyTorch) into $(VENV) for --dist horovod
+#                       (a C++ build of several minutes; scripts/install-horovod.sh)
 PY ?= python3
 VENV ?= .venv
 MPI ?= wheel
@@ -12,7 +14,7 @@ EXTRAS_wheel = mpich,train,test,plot,analysis
 EXTRAS_system = train,test,plot,analysis
 BIN = $(abspath $(VENV))/bin
 
-.PHONY: run test setup clean-venv
+.PHONY: run test setup horovod clean-venv
 
 setup: $(VENV)/.installed-$(MPI)
 
@@ -22,6 +24,12 @@ $(VENV)/.installed-$(MPI): setup.py
 	if [ "$(MPI)" = system ]; then scripts/install-mpi4py.sh $(BIN)/pip; fi
 	$(BIN)/pip install -q -e ".[$(EXTRAS_$(MPI))]"
 	rm -f $(VENV)/.installed-*
+	touch $@
+
+horovod: $(VENV)/.horovod
+
+$(VENV)/.horovod: $(VENV)/.installed-$(MPI) scripts/install-horovod.sh
+	scripts/install-horovod.sh $(BIN)/pip
 	touch $@
 
 run: setup

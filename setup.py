@@ -12,6 +12,7 @@ setup(
         "numpy>=1.24",
         "mpi4py>=3.1",
         "lmdb>=1.4",
+        "plyvel>=1.5",
         "h5py>=3.8",
         "pillow>=9.0",
         "pyyaml>=6.0",

@@ -5,8 +5,9 @@ Where things live (one home per concern)::
     data/       datasets: the contract (manifest + record index), writing them, synthetic
                 pictures and presets, imports and indexes of data made elsewhere, and the
                 ``datagen`` command
-    formats/    one module per storage format: its writer, its native (library) reader and
-                its indexer, all behind the protocol in formats/base.py; FORMATS registry
+    formats/    one module per storage format (lmdb, leveldb, hdf5, images, packed): its
+                writer, its native (library) reader and its indexer, all behind the
+                protocol in formats/base.py; FORMATS registry; Caffe's Datum in datum.py
     plan.py     the sample plan: which records each rank gets at each step
     readers/    readers that execute a plan (naive, coordinated, memory; READERS registry),
                 with batch assembly, read jobs, node-shared reads, ROMIO hints and reads

@@ -5,15 +5,16 @@ the job prints one line and ends (an MPI abort, so no rank waits in a collective
 that died):
 
 * an :class:`HpcioError` (a failure hpcio expected: bad flags, bad data) prints
-  ``<cmd>: error: <what>`` (``error (rank R)`` when only that rank saw it); one that every
-  rank raises together before any work ends the job without an abort, so the launcher
-  adds nothing to the line;
+  ``<cmd>: error: <what>`` (``error (rank R)`` when only that rank saw it); when every
+  rank raised it, the ranks meet, finalize MPI and exit 2 instead of aborting, so the
+  launcher adds no abort banner to the one line;
 * anything else prints ``<cmd>: rank R: <what failed> (<Type>)`` and writes the traceback
   to ``error-rank-R.txt`` in the run's directory (:func:`report_to`; a temporary file
   before there is one), or to stderr with ``HPCIO_DEBUG=1``.
 """
 
 import errno
+import faulthandler
 import os
 import sys
 import tempfile
@@ -23,6 +24,7 @@ import traceback
 __all__ = ["HpcioError", "guard", "abort", "report_to", "describe"]
 
 _report_dir = None
+FINISH_WAIT = 10.0  # s: how long ranks that failed alike wait for each other
 
 
 class HpcioError(Exception):
@@ -30,16 +32,11 @@ class HpcioError(Exception):
 
     ``everywhere=True`` says every rank raises the same error (bad flags, a check whose
     result was broadcast): then only rank 0 prints it, so 64 ranks give one message.
-    ``together=True`` (implies everywhere) says more: every rank raises it at the same
-    point, before the job started any work (no MPI call or file in flight). The job then
-    ends through ``MPI_Finalize`` with exit code 2, not with an abort, so the launcher
-    prints no abort banner; ranks that do not all arrive within seconds abort after all.
     """
 
-    def __init__(self, message, everywhere=False, together=False):
+    def __init__(self, message, everywhere=False):
         super().__init__(message)
-        self.everywhere = everywhere or together
-        self.together = together
+        self.everywhere = everywhere
 
 
 def report_to(path):
@@ -85,18 +82,20 @@ def _end(code, comm, size):
     os._exit(code)
 
 
-def _finish_together(comm, code, wait_s=5.0):
-    """Finalize MPI and exit ``code`` once every rank of ``comm`` is here (a barrier with
-    a deadline); returns if they do not all arrive (the caller then aborts)."""
-    from mpi4py import MPI
+def _finish_together(code, comm):
+    """End without an abort when every rank raised the same error: a barrier (bounded by
+    FINISH_WAIT, polled, so a rank that is elsewhere cannot hold the others), then
+    MPI_Finalize and exit. Returns only if the others did not come; the caller aborts."""
     req = comm.Ibarrier()
-    deadline = time.monotonic() + wait_s
+    deadline = time.monotonic() + FINISH_WAIT
     while not req.Test():
         if time.monotonic() > deadline:
             return
         time.sleep(0.01)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    from mpi4py import MPI
+    # MPI_Finalize holds the GIL: a thread still inside MPI could keep it forever, so a
+    # C-level timer ends the process (with its stacks on stderr) if it does not return
+    faulthandler.dump_traceback_later(FINISH_WAIT, exit=True)
     MPI.Finalize()
     os._exit(code)
 
@@ -147,10 +146,9 @@ def guard(main, prog="hpcio"):
                 time.sleep(1.0)
             where = f" (rank {rank})" if size > 1 and not e.everywhere else ""
             print(f"{prog}: error{where}: {e}", file=sys.stderr, flush=True)
-        elif size > 1 and not e.together:
-            time.sleep(3.0)  # let rank 0 print and abort first
-        if size > 1 and e.together:
-            _finish_together(comm, 2)
+        if e.everywhere and comm is not None and size > 1:
+            sys.stdout.flush()
+            _finish_together(2, comm)
         _end(2, comm, size)
     except KeyboardInterrupt:
         rank, size, comm = _world()

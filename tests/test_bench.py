@@ -2,6 +2,7 @@
 and warm really warm, ratios against the sequential read of the same run, JSON written."""
 
 import json
+import os
 
 import pytest
 
@@ -74,3 +75,18 @@ def test_bench_runs_every_reader_and_limit(tmp_path_factory, tmp_path):
     assert "x seq" in p.stdout and "x ranks" in p.stdout and "coordinated" in p.stdout
     assert all(set(r["quiet"]) == {"cpu", "disk_mib_s", "quiet", "waited_s"} for r in runs)
     assert len([r for r in doc["summary"] if r["what"] == "random"]) == 2  # global only
+
+
+def test_bench_gpu_without_a_gpu_is_one_line():
+    import subprocess
+    import sys
+
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: benchmarks/bench_gpu.py would run")
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "benchmarks", "bench_gpu.py")
+    p = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines() == [
+        "hpcio: error: no CUDA device visible: bench_gpu needs an NVIDIA GPU"]

@@ -122,11 +122,20 @@ def test_never_overwrites_a_file_hpcio_did_not_write(tmp_path):
     (["--encoding", "png", "--format", "hdf5", "--chunk-records", "4"],
      ["chunk_records needs raw"]),
     (["--shape", "100000x100000x3"], ["shape 100000x100000x3", "GiB of memory available"]),
+    (["--format", "hdf5", "--encoding", "png", "--dtype", "float32"],
+     ["hdf5 --dtype float32", "needs raw encoding", "png records are encoded"]),
+    (["--format", "hdf5", "--encoding", "jpeg", "--dtype", "float32", "--chunk-records", "4"],
+     ["hdf5 --dtype float32", "needs raw encoding", "jpeg records are encoded"]),
+    (["--format", "lmdb", "--dtype", "float32"],
+     ["--dtype float32: the lmdb format stores uint8 records only", "--format hdf5"]),
+    (["--format", "packed", "--encoding", "raw", "--dtype", "float32"],
+     ["the packed format stores uint8 records only"]),
+    (["--format", "hdf5", "--dtype", "float16"], ["--dtype", "invalid choice"]),
 ])
 def test_bad_arguments_on_two_ranks(tmp_path, args, words):
     p = run_mpi(2, GEN + [tmp_path / "d"] + args, timeout=60)
     fails(p, *words)
-    assert not (tmp_path / "d" / "hpcio.json").exists()
+    assert not (tmp_path / "d").exists()  # refused before anything is written
 
 
 @pytest.mark.mpi
@@ -195,6 +204,24 @@ def test_unwritable_directory(tmp_path):
         fails(run_mpi(2, GEN + [d / "x", "--records", 5]), "ermission denied")
     finally:
         d.chmod(0o755)
+
+
+@pytest.mark.mpi
+def test_float32_hdf5_on_two_ranks_matches_serial(tmp_path):
+    """--dtype float32 (raw implied) written by 2 ranks: the serial records, Caffe's
+    layout in the manifest and the summary."""
+    serial = generate(tmp_path / "serial", "cifar10", 13, "hdf5", "raw", shards=2, seed=3,
+                      dtype="float32")
+    out = tmp_path / "par"
+    p = run_mpi(2, GEN + [out, "--preset", "cifar10", "--records", 13, "--format", "hdf5",
+                          "--dtype", "float32", "--shards", 3, "--seed", 3])
+    assert p.returncode == 0, p.stderr
+    assert "encoding raw" in p.stdout and \
+        "32x32x3 float32 (stored chw, pixel x 0.00390625)" in p.stdout
+    par = open_dataset(out)
+    par.verify_checksums()
+    assert par.manifest["dtype"] == "float32" and par.manifest["layout"] == "chw"
+    same_records(serial, par)
 
 
 def test_shape_override_for_offline_preprocessing(tmp_path):

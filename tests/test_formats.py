@@ -2,10 +2,13 @@
 returns, the records are the ones (seed, id) define, and native access agrees."""
 
 import os
+import shutil
+import tempfile
 
 import h5py
 import lmdb
 import numpy as np
+import plyvel
 import pytest
 
 from hpcio.data import pictures
@@ -35,12 +38,21 @@ def library_bytes(ds, i):
     if ds.format == "lmdb":
         with lmdb.open(p, readonly=True, lock=False) as env, env.begin() as txn:
             return txn.get(b"%08d" % i)
+    if ds.format == "leveldb":  # plyvel on a copy: opening a LevelDB writes into it
+        with tempfile.TemporaryDirectory() as tmp:
+            shutil.copytree(p, os.path.join(tmp, "db"))
+            db = plyvel.DB(os.path.join(tmp, "db"))
+            try:
+                return db.get(b"%08d" % i)
+            finally:
+                db.close()
     if ds.format == "hdf5":
         with h5py.File(p, "r") as f:
+            images = f[m["hdf5"]["images"]]
             if "offsets" in f:
                 o = f["offsets"]
-                return f["images"][o[j]:o[j + 1]].tobytes()
-            return f["images"][j].tobytes()
+                return images[o[j]:o[j + 1]].tobytes()
+            return images[j].tobytes()
     if ds.format == "images":
         lab = int(ds.index.label[i])
         ext = pictures.EXTENSIONS[ds.encoding]
@@ -108,6 +120,37 @@ def test_hdf5_chunked_layout(tmp_path):
         assert index_bytes(ds, i) == library_bytes(ds, i)
     with pytest.raises(HpcioError, match="chunk_records needs raw"):
         make_dataset(tmp_path, "hdf5", "png", records=8, chunk_records=4)
+
+
+@pytest.mark.parametrize("preset,chunk", [("mnist", None), ("cifar10", None),
+                                          ("cifar10", 4)])
+def test_hdf5_float32_is_caffes_layout(tmp_path, preset, chunk):
+    """``dtype float32``: Caffe's HDF5 data layer's ``data`` (N, C, H, W) float32 of the
+    pixels x 1/256 (exactly) and float ``label``; records of C*H*W*4 bytes whose index
+    bytes are the library's, and the uint8 dataset of the same seed, transposed."""
+    kw = {"chunk_records": chunk} if chunk else {}
+    ds = open_dataset(make_dataset(tmp_path, "hdf5", "raw", preset=preset, records=11,
+                                   shards=2, dtype="float32", **kw).root)
+    u8 = make_dataset(tmp_path, "hdf5", "raw", preset=preset, records=11, shards=2)
+    h, w, c = PRESETS[preset].shape
+    m = ds.manifest
+    assert (m["dtype"], m["layout"], m["scale"], m["shape"]) == ("float32", "chw",
+                                                                  0.00390625, [h, w, c])
+    assert m["hdf5"]["images"] == "data" and m["hdf5"]["labels"] == "label"
+    assert m["hdf5"]["layout"] == ("chunked" if chunk else "contiguous")
+    assert set(ds.index.length.tolist()) == {c * h * w * 4}
+    with h5py.File(ds.path(0), "r") as f, h5py.File(u8.path(0), "r") as g:
+        d = f["data"]
+        assert d.shape == (5, c, h, w) and d.dtype == np.float32 and d.compression is None
+        assert d.chunks == ((4, c, h, w) if chunk else None)
+        assert np.array_equal(d[:] * 256, g["images"][:].transpose(0, 3, 1, 2))
+        assert f["label"].dtype == np.float32
+        assert np.array_equal(f["label"][:], g["labels"][:])
+    native = native_records(ds, range(11))
+    for i in range(11):
+        assert index_bytes(ds, i) == library_bytes(ds, i) == native[i]
+    assert np.array_equal(ds.index.label, u8.index.label)
+    ds.verify_checksums()
 
 
 def test_hdf5_contiguous_by_default(tmp_path):

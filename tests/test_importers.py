@@ -15,7 +15,7 @@ from hpcio.data import pictures
 from hpcio.data.dataset import open_dataset
 from hpcio.errors import HpcioError
 from hpcio.formats import FORMATS
-from hpcio.formats.lmdb import make_datum, parse_datum
+from hpcio.formats.datum import make_datum, parse_datum
 from hpcio.data.importers import import_data, index_path, load_cifar10, load_mnist
 from hpcio.data.presets import PRESETS
 from hpcio.plan import make_plan
@@ -233,6 +233,39 @@ def test_index_hdf5(tmp_path, chunks):
     assert native_records(ds) == recs
 
 
+@pytest.mark.parametrize("preset,chunks,scale", [("mnist", None, None),
+                                                 ("cifar10", (4, 3, 32, 32), 1 / 255)])
+def test_index_caffe_float32_hdf5(tmp_path, preset, chunks, scale):
+    """A file as Caffe's convert scripts write it for the HDF5 data layer (h5py directly:
+    ``data`` N x C x H x W float32 pixels x scale, ``label`` float32) is indexed as
+    float32 channel-major records of C*H*W*4 bytes, with the file's ``scale`` attribute
+    (Caffe's 1/256 where it has none), and decodes to the pixels it was made from."""
+    x, y = draw(preset, 10)
+    h, w, c = x.shape[1:]
+    data = (x.transpose(0, 3, 1, 2) * np.float32(scale or 0.00390625)).astype(np.float32)
+    f5 = tmp_path / "caffe" / "train.h5"
+    f5.parent.mkdir()
+    with h5py.File(f5, "w") as f:
+        f.create_dataset("data", data=data, chunks=chunks)
+        f.create_dataset("label", data=y.astype(np.float32))
+        if scale:
+            f["data"].attrs["scale"] = scale
+    ds = index_path(str(f5))
+    m = ds.manifest
+    assert (m["dtype"], m["layout"], m["shape"], m["encoding"]) == ("float32", "chw",
+                                                                     [h, w, c], "raw")
+    assert m["scale"] == (scale or 0.00390625)
+    assert m["hdf5"]["images"] == "data" and m["hdf5"]["labels"] == "label"
+    assert set(ds.index.length.tolist()) == {c * h * w * 4}
+    labels, recs = records_of(ds)
+    assert np.array_equal(labels, y) and recs == [data[i].tobytes() for i in range(10)]
+    assert native_records(ds) == recs
+    with make_reader("memory", ds) as r:
+        batch = next(iter(r.epoch(make_plan(10, 1, 0, 4, shuffle="none"))))
+    got = decode_records(batch, m)  # (N, H, W, C) float32, as stored
+    assert got.dtype == np.float32 and np.array_equal(got, data[:4].transpose(0, 2, 3, 1))
+
+
 @pytest.mark.mpi
 def test_index_image_folder(tmp_path):
     x, paths = make_folder(tmp_path / "imgs", n=9, enc="jpeg")
@@ -270,3 +303,8 @@ def test_corrupt_and_truncated_inputs_to_index(tmp_path):
         f.create_dataset("images", data=x, compression="gzip", chunks=(2, 28, 28, 1))
     fails(run_py(DG + ["index", f5]), "compressed")
     fails(run_py(DG + ["index", tmp_path / "nothing-here"]), "no such file")
+    with h5py.File(f5, "w") as f:  # Caffe's N x C x H x W, but big-endian
+        f.create_dataset("data", data=np.zeros((20, 1, 28, 28), ">f4"))
+        f.create_dataset("label", data=y.astype(np.float32))
+    fails(run_py(DG + ["index", f5]), "t.h5", "big-endian float32", "little-endian")
+    assert sorted(os.listdir(f5.parent)) == ["t.h5"]  # no manifest, no index

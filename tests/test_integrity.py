@@ -46,7 +46,7 @@ def copy(ds, dst):
 def base(tmp_path_factory):
     root = tmp_path_factory.getbasetemp() / "integrity-data"
     sets = {f: make_dataset(root, f, "raw", records=400, shards=2, seed=4)
-            for f in ("packed", "lmdb", "hdf5")}
+            for f in ("packed", "lmdb", "hdf5", "leveldb")}
     sets["images"] = make_dataset(root, "images", "png", records=120, shards=2, seed=4)
     return sets
 
@@ -101,7 +101,7 @@ def test_file_check_names_every_change(tmp_path, base, how, says):
             FileCheck(ds)
 
 
-@pytest.mark.parametrize("fmt", ["packed", "hdf5", "lmdb", "images"])
+@pytest.mark.parametrize("fmt", ["packed", "hdf5", "lmdb", "images", "leveldb"])
 def test_naive_reader_stops_at_a_shard_that_shrank(tmp_path, base, fmt):
     """One process, the naive reader: a shard truncated between two batches is found
     before the next batch is delivered (HDF5 would deliver zeros, LMDB would SIGBUS)."""

@@ -1,10 +1,11 @@
 """Readers: every format and shuffle mode delivers every record exactly once across real
-MPI ranks, with the source bytes, and naive / coordinated / memory give identical per-rank
-sequences; bad input ends every rank with one line."""
+MPI ranks, with the source bytes, and naive / coordinated / memory (one buffer and pymem)
+give identical per-rank sequences; bad input ends every rank with one line."""
 
 import os
 import re
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -24,15 +25,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHECK = os.path.join(HERE, "mpi", "check_readers.py")
 BENCH = ["-m", "hpcio.bench"]
 
-# one dataset per format (odd record counts: drop_last and padding both matter)
-SETS = [("lmdb", "raw", 61), ("hdf5", "png", 61), ("images", "jpeg", 47), ("packed", "raw", 61),
-        ("packed", "jpeg", 53)]
+# one dataset per format (odd record counts: drop_last and padding both matter), and
+# Caffe's float32 HDF5 (4-byte elements) contiguous and chunked
+SETS = [("lmdb", "raw", 61, {}), ("hdf5", "png", 61, {}), ("images", "jpeg", 47, {}),
+        ("packed", "raw", 61, {}), ("packed", "jpeg", 53, {}),
+        ("hdf5", "raw", 61, {"dtype": "float32"}),
+        ("hdf5", "raw", 53, {"dtype": "float32", "chunk_records": 8})]
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.getbasetemp() / "readers-data"
-    return [make_dataset(root, f, e, records=n, shards=2, seed=1).root for f, e, n in SETS]
+    return [make_dataset(root, f, e, records=n, shards=2, seed=1, **kw).root
+            for f, e, n, kw in SETS]
 
 
 def digests(stdout):
@@ -58,7 +63,8 @@ def test_every_format_exactly_once_same_bytes_same_sequence(data, n):
     """check_readers.py asserts, on every rank: ids = the plan, labels and bytes = the
     source records, every reader's sequence identical; on rank 0: each epoch covers the
     epoch order exactly once (drop_last) or every record with the stated padding."""
-    d = check(n, data, "naive,coordinated,memory,coordinated:mechanism=nonblocking,"
+    d = check(n, data, "naive,coordinated,memory,memory:hold=pymem,"
+                       "coordinated:mechanism=nonblocking,"
                        "coordinated:collective=true:sieve_gap=0,coordinated:prefetch=0,"
                        "coordinated:shared=false,coordinated:shared=true:group_bytes=1:"
                        "mechanism=sync",
@@ -131,6 +137,26 @@ def test_reader_requests_ramp_up_then_stay_steady(data):
         assert [q.lo for q in reqs] == np.cumsum([0] + sizes[:-1]).tolist()
         assert np.array_equal(np.concatenate([q.ids for q in reqs]), plan.ids)
         assert touched.shape == (len(sizes), 2) and touched.any(axis=1).all()
+
+
+def test_memory_pymem_holds_one_bytes_object_per_record(data):
+    """hold=pymem: a list with one ``bytes`` per record (the loaded buffer freed), the
+    same batches as the one buffer, and what the objects occupy in ``held_bytes``."""
+    ds = open_dataset(data[5])  # Caffe's float32 HDF5: records of 3136 bytes
+    plan = make_plan(ds.records, 1, 0, 8, shuffle="global")
+    with make_reader("memory", ds) as one, make_reader("memory", ds, hold="pymem") as py:
+        assert py.mem is None and len(py.records) == ds.records
+        assert all(type(r) is bytes and len(r) == 3136 for r in py.records)
+        for a, b in zip(one.epoch(plan), py.epoch(plan)):
+            assert np.array_equal(a.ids, b.ids) and np.array_equal(a.offsets, b.offsets)
+            assert a.data.tobytes() == b.data.tobytes()
+        assert py.stats.extra["held_bytes"] == \
+            sum(sys.getsizeof(r) for r in py.records) + sys.getsizeof(py.records)
+        assert one.stats.extra["held_bytes"] == int(ds.index.file_bytes.sum())
+        assert (one.stats.extra["hold"], py.stats.extra["hold"]) == ("buffer", "pymem")
+        assert py.stats.bytes == one.stats.bytes == len(plan.ids) * 3136
+    with pytest.raises(HpcioError, match="hold='cppmem' is not one of buffer, pymem"):
+        make_reader("memory", ds, hold="cppmem")
 
 
 # ---- assembly helpers (pure) ------------------------------------------------------------

@@ -1,6 +1,7 @@
 """``python -m hpcio.train`` end to end, as real ``mpiexec -n 2`` jobs on tiny real data."""
 
 import glob
+import importlib.util
 import json
 import os
 import signal
@@ -128,6 +129,24 @@ def test_every_model_and_reader_completes(tmp_path, data, model, reader):
     assert "AU %" in p.stdout and str(out) in p.stdout
 
 
+@pytest.mark.mpi
+@pytest.mark.parametrize("reader,opts", [("naive", []),
+                                         ("memory", ["--reader-option", "hold=pymem"])])
+def test_trains_on_caffe_float32_hdf5(tmp_path, reader, opts):
+    """LeNet on Caffe's float32 HDF5 at 2 ranks: the run is complete and its accounting
+    adds up; the reader delivers the 4-byte elements (3136-byte MNIST records)."""
+    ds = make_dataset(tmp_path, "hdf5", "raw", records=64, dtype="float32")
+    out = tmp_path / "run"
+    p = run_mpi(2, TRAIN + ["--data", ds.root, "--model", "lenet", "--reader", reader,
+                            "--batch", 4, "--steps", 3, "--epochs", 2, "--out", out] + opts,
+                timeout=240)
+    assert p.returncode == 0, _fail(p)
+    check_run(out, 2, 3, 2, 4)
+    for r in range(2):
+        assert (np.load(out / f"rank-{r}.npz")["nbytes"] == 4 * 3136).all()
+        assert np.isfinite(np.load(out / f"rank-{r}.npz")["loss"]).all()
+
+
 def _draws(mean, std, dist, seed, rank, n):
     ct = ComputeTime(mean, std, dist, seed=seed, rank=rank)
     return np.array([ct.draw() for _ in range(n)])
@@ -169,6 +188,31 @@ def test_accounting_adds_up_with_emulated_steps(tmp_path, data):
         aus.append(z["compute"][keep].sum() / wall[keep].sum())
     # the summary's AU is the mean over ranks of compute / wall, first steps excluded
     assert summary["metrics"]["au_percent"] == pytest.approx(100 * np.mean(aus), rel=1e-9)
+
+
+@pytest.mark.mpi
+@pytest.mark.lane
+@pytest.mark.skipif(importlib.util.find_spec("horovod") is None,
+                    reason="horovod not installed: make horovod (.ci/lane-horovod)")
+def test_horovod_training_accounting_adds_up(tmp_path, data):
+    """--dist horovod trains a real model (gradients exchanged in Horovod's optimiser step,
+    inside the step's compute) and every step's components still add up to its wall."""
+    ds = data("packed", "mnist", "png")
+    out = tmp_path / "run"
+    steps, epochs, batch = 3, 2, 4
+    p = run_mpi(2, TRAIN + ["--data", ds.root, "--model", "lenet", "--dist", "horovod",
+                            "--batch", batch, "--steps", steps, "--epochs", epochs,
+                            "--out", out], timeout=240)
+    assert p.returncode == 0, _fail(p)
+    check_run(out, 2, steps, epochs, batch)
+    with open(out / "config.yaml") as f:
+        config = yaml.safe_load(f)
+    assert config["dist"] == config["dist_used"] == config["dist_backend"] == "horovod"
+    for r in range(2):
+        z = np.load(out / f"rank-{r}.npz")
+        for e in range(epochs):  # step s+1 starts where step s ended
+            t0, w = z["t0"][z["epoch"] == e], z["wall"][z["epoch"] == e]
+            np.testing.assert_allclose(np.diff(t0), w[:-1], rtol=0, atol=1e-9)
 
 
 @pytest.mark.mpi

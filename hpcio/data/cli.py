@@ -7,13 +7,14 @@ import sys
 import numpy as np
 
 from ..cli import ArgumentParser, ExamplesFormatter, shape
-from ..errors import guard
+from ..errors import HpcioError, guard
 from ..formats import FORMATS
 from ..mpiutil import on_root
+from ..readers.hints import parse_hints
 from . import importers, pictures
 from .dataset import open_dataset
 from .presets import PRESETS, get_preset
-from .write import generate
+from .write import dtypes_of, generate
 
 __all__ = ["build_parser", "main", "summary", "COMMANDS"]
 
@@ -38,7 +39,9 @@ def summary(ds):
     lines = [
         f"{ds.root}",
         f"  format {m['format']}, encoding {m['encoding']}, records {n:,}, shape "
-        f"{'x'.join(map(str, m.get('shape', [])))} {m.get('dtype', 'uint8')}, classes "
+        f"{'x'.join(map(str, m.get('shape', [])))} {m.get('dtype', 'uint8')}"
+        + (f" (stored {m.get('layout', 'hwc')}, pixel x {m['scale']})" if "scale" in m
+           else "") + ", classes "
         f"{m.get('classes')}",
         f"  bytes {_size(int(ln.sum()))} in records ({_size(int(idx.file_bytes.sum()))} in "
         f"{len(idx.files):,} files), record mean {ln.mean() if n else 0:.0f} B, "
@@ -59,6 +62,7 @@ def summary(ds):
 # ---- command line -----------------------------------------------------------------------------
 
 COMMANDS = ("generate", "import", "index", "info")
+DTYPES = list(dict.fromkeys(d for m in FORMATS.values() for d in dtypes_of(m)))
 
 
 def _comm():
@@ -75,6 +79,15 @@ def _add_output(p):
     p.add_argument("--chunk-records", type=int, default=None,
                    help="hdf5 only: chunked layout with this many records per chunk "
                         "(raw encoding; default contiguous)")
+    p.add_argument("--format-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a format option, repeatable; " + "; ".join(
+                       f"{n}: " + ", ".join(f"{k}={'|'.join(c)}" for k, c in m.OPTIONS.items())
+                       for n, m in FORMATS.items() if getattr(m, "OPTIONS", None))
+                   + " (the first of each is the default)")
+    p.add_argument("--dtype", default="uint8", choices=DTYPES,
+                   help="element type of raw records: float32 is what Caffe's HDF5 data "
+                        "layer reads (hdf5 only: N x C x H x W pixels x 0.00390625 in "
+                        "datasets data and label; implies --encoding raw)")
     p.add_argument("--quality", type=int, default=None,
                    help="JPEG quality (default: the preset's, 90 for imports)")
     p.add_argument("--force", action="store_true",
@@ -98,6 +111,8 @@ def build_parser():
                "imagenet --format packed --shards 64\n"
                "  python -m hpcio.datagen import mnist ~/mnist /tmp/mnist-h5 --format hdf5 "
                "--encoding raw\n"
+               "  python -m hpcio.datagen generate /tmp/mnist-ldb --format leveldb "
+               "--format-option compression=snappy\n"
                "  python -m hpcio.datagen index /data/ilsvrc12_train_lmdb\n"
                "  python -m hpcio.datagen info /tmp/mnist",
         formatter_class=ExamplesFormatter)
@@ -141,14 +156,15 @@ def build_parser():
                         "unchanged (default: keep for folder, png for mnist/cifar10)")
     _add_output(i)
 
-    x = sub.add_parser("index", formatter_class=ExamplesFormatter, help="index a dataset made elsewhere (LMDB, HDF5, image "
-                                     "folder) without touching its data",
+    x = sub.add_parser("index", formatter_class=ExamplesFormatter, help="index a dataset made elsewhere (LMDB, LevelDB, HDF5, "
+                                     "image folder) without touching its data",
                        description="Write hpcio.json + index.npz for an existing LMDB "
-                                   "environment (e.g. Caffe convert_imageset), HDF5 file "
-                                   "with images/labels datasets, or folder of images in "
-                                   "class sub-folders. The data is only read.")
-    x.add_argument("path", help="LMDB environment directory (or data.mdb), HDF5 file, or "
-                                "image folder")
+                                   "environment or LevelDB database (e.g. Caffe "
+                                   "convert_imageset), HDF5 file with images/labels "
+                                   "datasets, or folder of images in class sub-folders. "
+                                   "The data is only read.")
+    x.add_argument("path", help="LMDB environment directory (or data.mdb), LevelDB "
+                                "directory, HDF5 file, or image folder")
     x.add_argument("--out", default=None,
                    help="where to write the manifest and index (default: PATH if a "
                         "directory, else its parent)")
@@ -171,20 +187,37 @@ def _progress_default(flag):
     return sys.stderr.isatty() if flag is None else flag
 
 
+def _format_options(a):
+    """``--format-option`` as a dict, each one an option of the chosen format."""
+    opts = parse_hints(a.format_option, "--format-option")
+    have = getattr(FORMATS[a.format], "OPTIONS", {})
+    for k in opts:
+        if k not in have:
+            raise HpcioError(f"--format-option {k}: the {a.format} format has no such option"
+                             + (f" (it has {', '.join(have)})" if have else ""),
+                             everywhere=True)
+    return opts
+
+
 def _cmd_generate(a, comm):
     p = get_preset(a.preset)
-    ds = generate(a.out, a.preset, a.records, a.format, a.encoding or p.encoding, a.shards,
-                  a.seed, a.force, comm, _progress_default(a.progress),
-                  shape=a.shape, chunk_records=a.chunk_records, quality=a.quality)
+    raw = "raw" if a.dtype != "uint8" else None  # other element types are pixels
+    ds = generate(a.out, a.preset, a.records, a.format, a.encoding or raw or p.encoding,
+                  a.shards, a.seed, a.force, comm, _progress_default(a.progress),
+                  shape=a.shape, chunk_records=a.chunk_records, quality=a.quality,
+                  dtype=a.dtype, **_format_options(a))
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 
 
 def _cmd_import(a, comm):
-    ds = importers.import_data(a.kind, a.src, a.out, format=a.format, encoding=a.encoding,
-                               shards=a.shards, split=a.split, force=a.force, comm=comm,
+    raw = "raw" if a.dtype != "uint8" else None  # other element types are pixels
+    ds = importers.import_data(a.kind, a.src, a.out, format=a.format,
+                               encoding=a.encoding or raw, shards=a.shards,
+                               split=a.split, force=a.force, comm=comm,
                                progress=_progress_default(a.progress),
-                               chunk_records=a.chunk_records, quality=a.quality)
+                               chunk_records=a.chunk_records, quality=a.quality,
+                               dtype=a.dtype, **_format_options(a))
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 

@@ -9,7 +9,10 @@ Every format writes, into its dataset directory,
   in that file, and its ``label[i]``; ``file_bytes[j]`` is the size of file ``j``.
 
 The index is what the coordinated reader reads instead of the format's library: a record is
-the ``length`` bytes at ``offset`` of its file, whatever the format.
+the ``length`` bytes at ``offset`` of its file, whatever the format. Except where a shard's
+manifest entry counts ``compressed_records`` (a LevelDB's snappy blocks): those records lie
+compressed in their file, indexed at the block that holds them, and only the format's
+library reads them.
 """
 
 import hashlib
@@ -26,7 +29,7 @@ from ..fsutil import atomic_json, atomic_write
 from ..mpiutil import bcast_array, raise_everywhere, rank_size
 
 __all__ = ["MANIFEST", "INDEX", "KIND", "RecordIndex", "Dataset", "open_dataset",
-           "sha256_file", "is_dataset"]
+           "sha256_file", "is_dataset", "compressed_records"]
 
 MANIFEST = "hpcio.json"
 INDEX = "index.npz"
@@ -81,15 +84,16 @@ class RecordIndex:
         except (OSError, ValueError, KeyError) as e:
             raise HpcioError(f"{path}: not a readable record index ({e})")
 
-    def check(self, root):
-        """Raise :class:`HpcioError` if any record lies outside its file, or a file is
-        missing or has another size than the index says (cheap: one stat per file)."""
+    def check(self, root, ends=True):
+        """Raise :class:`HpcioError` if any record lies outside its file (``ends=False``:
+        if any starts outside it), or a file is missing or has another size than the index
+        says (cheap: one stat per file)."""
         nfiles = len(self.files)
         if len(self) and (self.file.min() < 0 or self.file.max() >= nfiles):
             raise HpcioError("record index names a file it does not list")
         if len(self) and (self.offset.min() < 0 or self.length.min() < 0):
             raise HpcioError("record index has a negative offset or length")
-        end = self.offset + self.length
+        end = self.offset + (self.length if ends else 1)
         for j, rel in enumerate(self.files):
             p = os.path.join(root, rel)
             try:
@@ -108,6 +112,11 @@ class RecordIndex:
                 i = int(bad[0])
                 raise HpcioError(f"record {i} ends at byte {int(end[i])}, beyond the "
                                  f"{int(limit[i])}-byte file {self.files[self.file[i]]}")
+
+
+def compressed_records(manifest):
+    """How many records lie compressed in their files (see the module docstring)."""
+    return sum(int(s.get("compressed_records", 0)) for s in manifest.get("shards", []))
 
 
 def sha256_file(path, bufsize=8 << 20):
@@ -217,7 +226,7 @@ def _load(root, check):
         raise HpcioError(f"{root}: manifest says {manifest.get('records')} records, the "
                          f"index has {len(index)}")
     if check:
-        index.check(root)
+        index.check(root, ends=not compressed_records(manifest))
     return manifest, index
 
 

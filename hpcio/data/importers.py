@@ -3,8 +3,8 @@ data left as it is, a manifest and record index written beside it).
 
 Imports read local files only — never a download: a folder of images in class
 sub-folders, MNIST idx files, CIFAR-10 batches (python pickles or the binary version).
-Indexes cover an LMDB environment (e.g. made by Caffe's ``convert_imageset``), an HDF5
-file with images/labels datasets, and an image folder.
+Indexes cover an LMDB environment or a LevelDB database (e.g. made by Caffe's
+``convert_imageset``), an HDF5 file with images/labels datasets, and an image folder.
 """
 
 import gzip
@@ -20,7 +20,7 @@ from ..formats.base import Block, write_error
 from ..formats.images import FolderSource
 from ..mpiutil import on_root
 from . import pictures
-from .dataset import INDEX, MANIFEST, Dataset, is_dataset
+from .dataset import INDEX, MANIFEST, Dataset, compressed_records, is_dataset
 from .write import owned_files, remove_owned, write_dataset
 
 __all__ = ["read_idx", "load_mnist", "load_cifar10", "ArraySource", "FolderSource",
@@ -216,6 +216,10 @@ def _kind(path):
     if os.path.isdir(path):
         if os.path.exists(os.path.join(path, "data.mdb")):
             return "lmdb"
+        names = os.listdir(path)
+        if any(n == "CURRENT" or n.startswith("MANIFEST-") or n.endswith(".ldb")
+               for n in names):
+            return "leveldb"
         return "folder"
     if not os.path.exists(path):
         raise HpcioError(f"{path}: no such file or directory")
@@ -235,7 +239,8 @@ def _kind(path):
 
 
 #: what ``datagen index`` recognises -> the format module that indexes it
-INDEXERS = {"lmdb": formats.lmdb, "hdf5": formats.hdf5, "folder": formats.images}
+INDEXERS = {"lmdb": formats.lmdb, "leveldb": formats.leveldb, "hdf5": formats.hdf5,
+            "folder": formats.images}
 
 
 def index_path(path, out=None, images=None, labels=None, force=False):
@@ -261,7 +266,7 @@ def index_path(path, out=None, images=None, labels=None, force=False):
         raise HpcioError(f"{out}: not writable (use --out to write the index elsewhere)")
     manifest, index = INDEXERS[kind].index(path, out, images=images, labels=labels)
     ds = Dataset(out, manifest, index)
-    index.check(out)
+    index.check(out, ends=not compressed_records(manifest))
     try:
         ds.save()
     except OSError as e:

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import __version__
 from ..errors import HpcioError
-from ..formats import get_format
+from ..formats import FORMATS, get_format
 from ..formats.base import Block, Spec, record_ranges, write_error
 from ..fsutil import atomic_json
 from ..measure import probes
@@ -26,8 +26,8 @@ from . import pictures
 from .dataset import INDEX, KIND, MANIFEST, Dataset, RecordIndex, is_dataset, open_dataset
 from .presets import get_preset
 
-__all__ = ["generate", "write_dataset", "Synthetic", "prepare_output", "owned_files",
-           "remove_owned", "block_records"]
+__all__ = ["generate", "write_dataset", "check_dtype", "dtypes_of", "Synthetic",
+           "prepare_output", "owned_files", "remove_owned", "block_records"]
 
 BLOCK_BYTES = 16 << 20  # raw pixels rendered per block: bounded memory, numpy-sized work
 
@@ -68,6 +68,7 @@ def owned_files(root):
         return [], []
     own = [MANIFEST, m.get("index", INDEX)] + list(m.get("side_files", []))
     data, dirs = [], []
+    owned = getattr(FORMATS.get(m.get("format")), "owned", None)
     if m.get("source") in ("generate", "import"):
         try:
             idx = RecordIndex.load(os.path.join(root, m.get("index", INDEX)))
@@ -81,6 +82,8 @@ def owned_files(root):
             dirs.append(p)
             if p.endswith(".lmdb"):
                 data.append(p + "/lock.mdb")
+            if owned:  # the files a format's library keeps in a shard folder of hpcio's
+                data += [f"{p}/{f}" for f in owned(os.path.join(root, p))]
     return own + data, dirs
 
 
@@ -171,6 +174,7 @@ def prepare_output(out, targets, force=False):
         if not force:
             raise HpcioError(f"{out}: already holds an hpcio dataset (pass --force to "
                              f"replace it)")
+        _check_unused(out)
         files, dirs = owned_files(out)
         remove_owned(out, files, dirs)
     elif not force:
@@ -183,6 +187,22 @@ def prepare_output(out, targets, force=False):
             raise HpcioError(f"{p}: exists and was not written by hpcio; move it away or "
                              f"choose another output directory")
     _mark(out, targets)
+
+
+def _check_unused(out):
+    """Refuse to replace a dataset whose shards another process holds open (a format's
+    ``in_use(path)`` says which: LevelDB's lock)."""
+    try:
+        with open(os.path.join(out, MANIFEST)) as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return
+    in_use = getattr(FORMATS.get(m.get("format")), "in_use", None) \
+        if isinstance(m, dict) else None
+    for s in m.get("shards", []) if in_use and m.get("source") != "index" else []:
+        why = in_use(os.path.join(out, s.get("path", "")))
+        if why:
+            raise HpcioError(why)
 
 
 def _mark(out, targets):
@@ -265,11 +285,11 @@ def _write_shards(out, source, spec, fmt, mine, ranges, progress, quality):
             if w is not None:
                 w.abort()
             raise
-        except Exception as e:  # OSError, lmdb.Error, h5py's errors: one line
+        except Exception as e:  # OSError, lmdb.Error, h5py's and plyvel's errors: one line
             if w is not None:
                 w.abort()
             if not isinstance(e, (OSError, RuntimeError)) and \
-                    type(e).__module__.split(".")[0] not in ("lmdb", "h5py"):
+                    type(e).__module__.split(".")[0] not in ("lmdb", "h5py", "plyvel"):
                 raise
             raise write_error(path, e)
     return results
@@ -293,17 +313,37 @@ def _assemble(results, spec):
     return results, index
 
 
+def dtypes_of(fmt):
+    """The element types a format module stores raw records as (``DTYPES``; uint8 where it
+    lists none)."""
+    return tuple(getattr(fmt, "DTYPES", ("uint8",)))
+
+
+def check_dtype(format, dtype):
+    """A one-line refusal of a ``dtype`` the format does not store, naming those that do."""
+    have = dtypes_of(get_format(format))
+    if dtype in have:
+        return
+    others = [n for n, m in FORMATS.items() if dtype in dtypes_of(m)]
+    hint = f" ({dtype} records: --format {' or '.join(others)})" if others else ""
+    raise HpcioError(f"--dtype {dtype}: the {format} format stores {' or '.join(have)} "
+                     f"records only{hint}", everywhere=True)
+
+
 def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=False,
                   comm=None, progress=False, quality=90, manifest=None, desc=None,
-                  **format_options):
+                  dtype="uint8", **format_options):
     """Write the records of ``source`` (an object with ``records``, ``shape``,
     ``classes`` and ``block(lo, hi, encoding, quality) -> Block``) as a dataset in
-    ``out``; collective over ``comm``. Returns the :class:`~hpcio.dataset.Dataset` on every
-    rank."""
+    ``out``; collective over ``comm``. ``dtype``: the element type raw records are
+    stored as (the format converts the uint8 pixels: hdf5's ``float32`` is Caffe's
+    layout). Returns the :class:`~hpcio.dataset.Dataset` on every rank."""
     fmt = get_format(format)
     if encoding not in pictures.ENCODINGS:
         raise HpcioError(f"unknown encoding {encoding!r} (choose from "
                          f"{', '.join(pictures.ENCODINGS)})", everywhere=True)
+    dtype = dtype or "uint8"
+    check_dtype(format, dtype)
     records, shards = int(source.records), int(shards)
     if records < 1:
         raise HpcioError(f"--records must be at least 1 (got {records})", everywhere=True)
@@ -312,7 +352,7 @@ def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=
                          f"(got {shards})", everywhere=True)
     out = os.path.abspath(out)
     spec = Spec(format, encoding, tuple(source.shape), int(source.classes), records, shards,
-                {k: v for k, v in format_options.items() if v is not None})
+                {k: v for k, v in format_options.items() if v is not None}, dtype)
     keys = fmt.manifest_keys(spec)  # validates options on every rank
     targets = [t for k in range(shards) for t in fmt.targets(k, spec)]
     on_root(comm, lambda: prepare_output(out, targets, force))
@@ -344,7 +384,7 @@ def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=
             raise HpcioError(err)
         res, index = _assemble(results, spec)
         m = {"kind": KIND, "format": format, "encoding": encoding,
-             "shape": list(spec.shape), "dtype": "uint8", "classes": spec.classes,
+             "shape": list(spec.shape), "dtype": dtype, "classes": spec.classes,
              "records": records}
         m.update(manifest or {})
         m.update({"generator": f"hpcio {__version__}", "index": INDEX,
@@ -381,7 +421,8 @@ def generate(out, preset="mnist", records=None, format="packed", encoding="raw",
     """Write a synthetic ``preset`` dataset (``records`` of them, default the preset's
     count) to ``out``. Collective over ``comm`` (shard ``k`` on rank ``k % size``);
     returns the :class:`~hpcio.dataset.Dataset` on every rank. Format options: hdf5
-    ``chunk_records``; ``quality`` sets the JPEG quality (default the preset's).
+    ``chunk_records``; ``dtype`` (hdf5 ``float32``: Caffe's HDF5 layout); ``quality``
+    sets the JPEG quality (default the preset's).
     ``shape`` (H, W, C) draws the pictures at another size than the preset's, e.g. raw
     records already at a model's input for offline-preprocessing runs."""
     p = get_preset(preset)

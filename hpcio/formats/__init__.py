@@ -5,17 +5,19 @@ What a format module provides is :class:`hpcio.formats.base.Format`: ``NAME``; a
 ``Writer(root, k, lo, hi, spec)`` per shard; ``targets(k, spec)`` (the paths shard ``k``
 creates); ``manifest_keys(spec)`` (its part of the manifest); ``open_native(ds)``, whose
 ``get(i)`` returns record ``i``'s bytes through the format's own library, the way a
-framework reads it (the naive reader); and, optionally, ``index(path, out, **options)``.
+framework reads it (the naive reader); and, optionally, ``index(path, out, **options)``
+and ``OPTIONS`` (the ``--format-option`` names and their choices, the first the default).
 A new format is a module here added to :data:`FORMATS`.
 """
 
 from ..errors import HpcioError
-from . import hdf5, images, lmdb, packed
+from . import hdf5, images, leveldb, lmdb, packed
 from .base import Format
 
 __all__ = ["FORMATS", "get_format"]
 
-FORMATS: "dict[str, Format]" = {m.NAME: m for m in (lmdb, hdf5, images, packed)}
+FORMATS: "dict[str, Format]" = {m.NAME: m for m in (lmdb, hdf5, images, packed,
+                                                         leveldb)}
 
 
 def get_format(name: str) -> Format:

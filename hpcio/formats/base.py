@@ -17,7 +17,7 @@ from ..fsutil import free_bytes
 
 __all__ = ["Format", "ShardWriter", "NativeReader", "Block", "ShardResult", "Spec",
            "shard_stem", "write_error", "sync_tree", "fsync_path", "record_ranges",
-           "index_manifest", "classes_of"]
+           "index_manifest", "classes_of", "save_keys", "CAFFE_KEY"]
 
 
 class ShardWriter(Protocol):
@@ -70,7 +70,9 @@ class Block:
 
 @dataclass
 class Spec:
-    """What is being written: dataset-wide facts and the format's options."""
+    """What is being written: dataset-wide facts and the format's options. ``dtype`` is
+    the element type of raw records on disk (a format lists the ones it stores in
+    ``DTYPES``; uint8 alone where it has none); blocks always come as uint8 pixels."""
 
     format: str
     encoding: str
@@ -79,6 +81,7 @@ class Spec:
     records: int
     shards: int
     options: dict = field(default_factory=dict)
+    dtype: str = "uint8"
 
 
 @dataclass
@@ -192,3 +195,24 @@ def classes_of(label):
     """Class count of labels 0..K-1 (-1 for unlabelled records)."""
     lab = label[label >= 0]
     return int(lab.max()) + 1 if len(lab) else 0
+
+
+#: Caffe's key of record ``i`` (convert_mnist_data, convert_cifar_data, db writers)
+CAFFE_KEY = "%08d"
+
+
+def save_keys(path, out, keys, section):
+    """Say in ``section`` (a format's part of the manifest) how records map to ``keys``
+    (key order): ``key`` = Caffe's ``%08d`` where they are exactly that, else a
+    ``keys.npy`` side file written into ``out``. Returns the side files written."""
+    if keys == [b"%08d" % i for i in range(len(keys))]:
+        section["key"] = CAFFE_KEY
+        return []
+    if any(k.endswith(b"\0") for k in keys):
+        raise HpcioError(f"{path}: keys ending in a NUL byte cannot be stored")
+    kp = os.path.join(out, "keys.npy")
+    if os.path.lexists(kp):
+        raise HpcioError(f"{kp}: exists and was not written by hpcio")
+    np.save(kp, np.array(keys, dtype=bytes))
+    section["key"], section["keys"] = None, "keys.npy"
+    return ["keys.npy"]

@@ -14,6 +14,12 @@ Layouts (``hdf5.layout`` in the manifest):
 
 ``labels`` is (N,) int64. Attributes ``first_record`` and ``records`` give the shard's
 record range. Native access: h5py with the default (sec2) driver, one read per sample.
+
+``dtype float32`` (raw encoding, contiguous or chunked) is what Caffe's HDF5 data layer
+reads: a ``data`` dataset (N, C, H, W) float32 of the pixels times :data:`SCALE` and a
+``label`` dataset (N,) float32, as Caffe's examples write them. A record is then
+``C*H*W*4`` bytes, plane after plane (manifest ``layout: chw``, ``scale``); the layer
+applies no transform, so the data is stored already scaled, as convert scripts do.
 """
 
 import os
@@ -30,6 +36,11 @@ __all__ = ["NAME", "Writer", "Native", "open_native", "targets", "manifest_keys"
 
 NAME = "hdf5"
 COPY = 64 << 20
+DTYPES = ("uint8", "float32")
+#: pixel -> stored value of float32 records: Caffe's MNIST/LeNet examples scale pixels by
+#: 0.00390625 (1/256, ``transform_param { scale }``); the HDF5 data layer has no transform,
+#: so its data is stored pre-scaled. A power of two: every stored value is exactly px/256
+SCALE = 0.00390625
 
 
 def targets(k, spec):
@@ -39,6 +50,10 @@ def targets(k, spec):
 def _layout(spec):
     c = spec.options.get("chunk_records")
     if spec.encoding != "raw":
+        if spec.dtype != "uint8":
+            raise HpcioError(f"hdf5 --dtype {spec.dtype} stores pixels (Caffe's HDF5 "
+                             f"layout) and needs raw encoding: {spec.encoding} records are "
+                             f"encoded bytes, not pixels", everywhere=True)
         if c:
             raise HpcioError("hdf5 chunk_records needs raw encoding: variable-length "
                              "records would straddle chunks", everywhere=True)
@@ -46,13 +61,21 @@ def _layout(spec):
     return "chunked" if c else "contiguous"
 
 
+def _names(spec):
+    """(images, labels) dataset names: Caffe's top blobs for float32 records."""
+    return ("data", "label") if spec.dtype != "uint8" else ("images", "labels")
+
+
 def manifest_keys(spec):
     layout = _layout(spec)
-    keys = {"images": "images", "labels": "labels", "layout": layout}
+    images, labels = _names(spec)
+    keys = {"images": images, "labels": labels, "layout": layout}
     if layout == "blob":
         keys["offsets"] = "offsets"
     if layout == "chunked":
         keys["chunk_records"] = int(spec.options["chunk_records"])
+    if spec.dtype != "uint8":
+        return {"hdf5": keys, "layout": "chw", "scale": SCALE}
     return {"hdf5": keys}
 
 
@@ -109,7 +132,8 @@ def need_space(folder, nbytes):
 
 
 class Writer:
-    """Raw: writes blocks straight into the (N, H, W, C) dataset. Encoded: appends to a
+    """Raw: writes blocks straight into the (N, H, W, C) dataset (float32: converted to
+    Caffe's scaled (N, C, H, W), a block at a time). Encoded: appends to a
     temporary blob file beside the shard and makes the HDF5 file at the end, with an
     exactly sized contiguous dataset (HDF5 cannot grow a contiguous dataset). Free space is
     checked before HDF5 writes anything: its disk-full paths leave objects half-closed
@@ -121,18 +145,26 @@ class Writer:
         self.lo, self.hi, self.n = lo, hi, hi - lo
         self.layout = _layout(spec)
         self.shape = tuple(spec.shape)
+        self.caffe = spec.dtype != "uint8"
+        self.names = _names(spec)
+        self.item = np.dtype(spec.dtype).itemsize
         self.lengths, self.labels, self.f = [], [], None
         if self.layout == "blob":
             self.blob_path = os.path.join(root, "." + self.rel + ".blob")
             self.blob = open(self.blob_path, "wb")
             return
-        need_space(root, self.n * (int(np.prod(self.shape)) + 8))
+        h, w, c = self.shape
+        dims = (c, h, w) if self.caffe else self.shape
+        need_space(root, self.n * (int(np.prod(dims)) * self.item + 8))
         chunks = None
         if self.layout == "chunked":
-            chunks = (min(int(spec.options["chunk_records"]), max(self.n, 1)),) + self.shape
+            chunks = (min(int(spec.options["chunk_records"]), max(self.n, 1)),) + dims
         self.f = self._create()
-        self.images = self.f.create_dataset("images", (self.n,) + self.shape, dtype="u1",
+        self.images = self.f.create_dataset(self.names[0], (self.n,) + dims,
+                                            dtype=np.dtype(spec.dtype).newbyteorder("<"),
                                             chunks=chunks)
+        if self.caffe:
+            self.images.attrs["scale"] = SCALE
 
     def _create(self):
         import h5py
@@ -146,13 +178,17 @@ class Writer:
             self.blob.write(memoryview(block.data))
         else:
             a, b = block.lo - self.lo, block.hi - self.lo
-            self.images[a:b] = block.data.reshape((b - a,) + self.shape)
+            px = block.data.reshape((b - a,) + self.shape)
+            if self.caffe:  # NHWC pixels -> NCHW, scaled, in one numpy pass
+                px = np.multiply(px.transpose(0, 3, 1, 2), np.float32(SCALE),
+                                 dtype=np.float32)
+            self.images[a:b] = px
         self.lengths.append(block.lengths)
         self.labels.append(block.labels)
 
     def close(self):
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
-        length, labels = cat(self.lengths), cat(self.labels)
+        length, labels = cat(self.lengths) * self.item, cat(self.labels)
         if self.layout == "blob":
             self.blob.close()
             offsets = np.zeros(self.n + 1, np.int64)
@@ -166,7 +202,8 @@ class Writer:
                 for pos in range(0, total, COPY):
                     images[pos:pos + COPY] = np.frombuffer(src.read(COPY), np.uint8)
             os.unlink(self.blob_path)
-        self.f.create_dataset("labels", data=labels.astype("<i8"))
+        self.f.create_dataset(self.names[1], data=labels.astype("<f4" if self.caffe
+                                                                else "<i8"))
         self.f.close()
         self.f = self.images = None
         fsync_path(self.path)
@@ -175,7 +212,8 @@ class Writer:
                 offset = f["images"].id.get_offset() + f["offsets"][:-1] \
                     if self.n else np.zeros(0, np.int64)
             else:
-                offset = record_offsets(f["images"], self.n, int(np.prod(self.shape))) \
+                offset = record_offsets(f[self.names[0]], self.n,
+                                        int(np.prod(self.shape)) * self.item) \
                     if self.n else np.zeros(0, np.int64)
         size = os.path.getsize(self.path)
         return ShardResult(self.rel, (self.lo, self.hi), [self.rel], [size],
@@ -223,7 +261,7 @@ class Native:
         j = i - int(self.starts[s])
         off = self.offs[s]
         if off is None:
-            return self.dsets[s][j].reshape(-1)  # bytes-like: len() is the byte count
+            return self.dsets[s][j].reshape(-1).view(np.uint8)  # len() = byte count
         return self.dsets[s][int(off[j]):int(off[j + 1])]
 
     def close(self):
@@ -245,9 +283,21 @@ def _pick(f, name, defaults, what, path):
     return None
 
 
+def _caffe_keys(d, path):
+    """Manifest keys of a 4-D float dataset, read as Caffe's HDF5 data layer reads it:
+    (N, C, H, W), little-endian, pixels times the ``scale`` attribute (hpcio writes it;
+    :data:`SCALE`, the one of Caffe's examples, where there is none)."""
+    if d.dtype.byteorder == ">":
+        raise HpcioError(f"{path}: {d.name} is big-endian {d.dtype.name}; float records "
+                         f"are read as little-endian")
+    return {"layout": "chw",
+            "scale": float(np.asarray(d.attrs.get("scale", SCALE)).reshape(-1)[0])}
+
+
 def index(path, out, images=None, labels=None, **_):
     """Manifest and record index of an HDF5 file made elsewhere: a fixed-size ``images``
-    dataset (contiguous or chunked), or a blob with ``offsets``."""
+    dataset (contiguous or chunked; a 4-D float one is Caffe's (N, C, H, W) ``data``), or
+    a blob with ``offsets``."""
     import h5py
     with open_h5(path) as f:
         iname = _pick(f, images, ["images", "data"], "images", path)
@@ -278,6 +328,9 @@ def index(path, out, images=None, labels=None, **_):
             length = np.full(n, rec, np.int64)
             enc, shape, dtype = "raw", list(d.shape[1:]), d.dtype.name
             extra["hdf5"]["layout"] = "chunked" if d.chunks else "contiguous"
+            if d.dtype.kind == "f" and d.ndim == 4:
+                extra.update(_caffe_keys(d, path))
+                shape = shape[1:] + shape[:1]  # C, H, W -> H, W, C
         if lname:
             label = np.asarray(f[lname][:]).reshape(len(f[lname]), -1)[:, 0].astype(np.int64)
             if len(label) != n:

@@ -17,17 +17,18 @@ import os
 
 import numpy as np
 
-from ..data import pictures
 from ..data.dataset import RecordIndex, sha256_file
 from ..errors import HpcioError
-from .base import ShardResult, classes_of, index_manifest, shard_stem
+from .base import CAFFE_KEY, ShardResult, classes_of, index_manifest, save_keys, \
+    shard_stem
+from .datum import describe, parse_datum
 
 __all__ = ["NAME", "KEY", "Writer", "Native", "open_native", "targets", "manifest_keys",
            "value_offsets", "mapping_start", "parse_datum", "open_env", "index_env", "index"]
 
 NAME = "lmdb"
 MAPPED = True  # the native reader maps data.mdb: readers check a file before touching it
-KEY = "%08d"
+KEY = CAFFE_KEY
 _GROW = 1 << 30
 
 
@@ -175,92 +176,6 @@ class Writer:
             pass
 
 
-# ---- Caffe Datum ------------------------------------------------------------------------
-
-def _varint(b, p):
-    x = s = 0
-    while True:
-        c = b[p]
-        p += 1
-        x |= (c & 0x7F) << s
-        if c < 0x80:
-            return x, p
-        s += 7
-
-
-def parse_datum(buf):
-    """(offset, length, label) of a Caffe ``Datum``'s ``data`` field inside ``buf``
-    (fields: 1 channels, 2 height, 3 width, 4 data, 5 label, 6 float_data, 7 encoded);
-    raises ValueError where ``buf`` is not a Datum with data."""
-    b = memoryview(buf).cast("B") if not isinstance(buf, bytes) else buf
-    p, n = 0, len(b)
-    data, label = None, 0
-    while p < n:
-        tag, p = _varint(b, p)
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            v, p = _varint(b, p)
-            if field == 5:
-                label = v - (1 << 64) if v >= 1 << 63 else v
-        elif wire == 2:
-            ln, p = _varint(b, p)
-            if field == 4:
-                data = (p, ln)
-            p += ln
-        elif wire == 5:
-            p += 4
-        elif wire == 1:
-            p += 8
-        else:
-            raise ValueError(f"wire type {wire}")
-        if field < 1 or field > 7 or p > n:
-            raise ValueError("not a Datum")
-    if data is None:
-        raise ValueError("Datum without data")
-    return data[0], data[1], int(label)
-
-
-def datum_fields(buf):
-    """channels, height, width, encoded of a Datum (for the manifest's shape)."""
-    b = bytes(buf)
-    p, out = 0, {}
-    while p < len(b):
-        tag, p = _varint(b, p)
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            v, p = _varint(b, p)
-            out[field] = v
-        elif wire == 2:
-            ln, p = _varint(b, p)
-            p += ln
-        elif wire == 5:
-            p += 4
-        elif wire == 1:
-            p += 8
-    return out.get(1, 0), out.get(2, 0), out.get(3, 0), bool(out.get(7, 0))
-
-
-def make_datum(data, label, channels=0, height=0, width=0, encoded=False):
-    """A Caffe Datum protobuf (tests and importers write Caffe-compatible LMDBs)."""
-    def var(x):
-        out = bytearray()
-        x &= (1 << 64) - 1
-        while True:
-            c = x & 0x7F
-            x >>= 7
-            out.append(c | (0x80 if x else 0))
-            if not x:
-                return bytes(out)
-    b = bytearray()
-    for f, v in ((1, channels), (2, height), (3, width)):
-        b += var(f << 3) + var(v)
-    b += var(4 << 3 | 2) + var(len(data)) + bytes(data)
-    b += var(5 << 3) + var(label)
-    if encoded:
-        b += var(7 << 3) + var(1)
-    return bytes(b)
-
-
 def index_env(path):
     """Index an LMDB made elsewhere: (keys, offset, length, label, data.mdb path, value
     kind). Values that all parse as Datums are indexed at their ``data`` field with their
@@ -369,38 +284,9 @@ def index(path, out, **_):
     n = len(keys)
     env_path = os.path.dirname(data) if os.path.isdir(path) else data
     extra = {"lmdb": {"key": None, "value": kind, "subdir": os.path.isdir(path)}}
-    template = [b"%08d" % i for i in range(n)]
-    side = []
-    if keys == template:
-        extra["lmdb"]["key"] = KEY
-    else:
-        if any(k.endswith(b"\0") for k in keys):
-            raise HpcioError(f"{path}: keys ending in a NUL byte cannot be stored")
-        kp = os.path.join(out, "keys.npy")
-        if os.path.lexists(kp):
-            raise HpcioError(f"{kp}: exists and was not written by hpcio")
-        np.save(kp, np.array(keys, dtype=bytes))
-        extra["lmdb"]["keys"] = "keys.npy"
-        side.append("keys.npy")
-    extra["side_files"] = side
-    fo, fl, _ = (parse_datum(first) if kind == "datum" else (0, len(first), -1))
-    rec = first[fo:fo + fl]
-    enc = pictures.sniff(rec) or "raw"
-    shape, dtype = [], "uint8"
-    if kind == "datum":
-        c, h, w, _ = datum_fields(first)
-        shape = [h, w, c] if h and w else []
-        if enc == "raw" and shape and int(np.prod(shape)) != fl:
-            dtype = "float32"  # Datum float_data / other element types
-        if enc == "raw":
-            extra["layout"] = "chw"  # a Datum's data field is plane after plane
-    if enc != "raw" and not shape:
-        shape = list(pictures.decode(rec, enc).shape)
-    if enc == "raw" and not shape and len(set(length.tolist())) == 1:
-        shape = [int(length[0])]
-    if kind != "datum":
-        extra["note"] = "values are not Caffe Datums: each record is the whole value, " \
-                        "labels are -1"
+    extra["side_files"] = save_keys(path, out, keys, extra["lmdb"])
+    enc, shape, dtype, more = describe(first, kind, length)
+    extra.update(more)
     rel = os.path.relpath(data, out)
     shard_rel = os.path.relpath(env_path, out)
     sha = sha256_file(data) if os.path.isfile(os.path.join(out, shard_rel)) else \

@@ -47,8 +47,8 @@ __all__ = ["RunDir", "Flusher", "default_name", "capture_env", "results_bytes",
 
 RUN_MARKER = ".hpcio-run"
 
-PACKAGES = ("hpcio", "numpy", "torch", "mpi4py", "mpich", "lmdb", "h5py", "PIL", "yaml",
-            "tqdm", "pynvml", "horovod")
+PACKAGES = ("hpcio", "numpy", "torch", "mpi4py", "mpich", "lmdb", "plyvel", "h5py", "PIL",
+            "yaml", "tqdm", "pynvml", "horovod")
 
 
 def default_name(reader, model, ranks):

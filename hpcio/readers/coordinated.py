@@ -63,11 +63,12 @@ What it does differently from the naive reader:
   records with ``open`` + ``preadv`` into place, on ``threads`` worker threads of the I/O
   thread, the file names taken from the broadcast index (no rank lists the folders).
 
-LMDB and HDF5 files are read as bytes at the index offsets, never through their libraries,
-except with ``hdf5="mpio"``: HDF5 files are then read through HDF5's own parallel I/O
-(h5py's ``mpio`` driver, one collective ``H5Dread`` of a rank's rows per file and request;
-:mod:`hpcio.readers.h5mpio`), the same requests, prefetching and checks, collective unless
-``collective=False``.
+LMDB, LevelDB and HDF5 files are read as bytes at the index offsets, never through their
+libraries; a dataset with records stored compressed (LevelDB's snappy blocks) is refused.
+Except with ``hdf5="mpio"``: HDF5 files are then read through HDF5's own parallel I/O
+(h5py's ``mpio`` driver, collective ``H5Dread`` calls of a rank's rows per file and
+request; :mod:`hpcio.readers.h5mpio`), with the same requests, prefetching and checks,
+collective unless ``collective=False``.
 Stopping an epoch early must happen at the same batch on every rank (the reads already in
 flight are completed, so every rank leaves the collectives together).
 
@@ -86,6 +87,7 @@ from collections import deque
 
 import numpy as np
 
+from ..data.dataset import compressed_records
 from ..errors import HpcioError
 from ..fsutil import aligned_empty
 from ..mpicompat import check_romio
@@ -227,6 +229,15 @@ class CoordinatedReader(Reader):
         self.check(dataset, hdf5=hdf5)
         mpio = hdf5 == "mpio"
         super().__init__(dataset, comm, **options)
+        packed = compressed_records(dataset.manifest)
+        if packed:
+            comp = dataset.manifest.get(dataset.format, {}).get("compression")
+            raise HpcioError(f"{dataset.root}: {packed:,} of its {dataset.records:,} records "
+                             f"lie compressed in their files ({dataset.format} compression="
+                             f"{comp}) and the coordinated reader reads records as bytes at "
+                             f"their offsets: read it with the naive or memory reader, or "
+                             f"make it again with --format-option compression=none",
+                             everywhere=True)
         MPI = _mpi()
         check_romio(MPI)
         self.prefetch = max(0, int(prefetch))

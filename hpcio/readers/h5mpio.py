@@ -55,7 +55,7 @@ def check(ds):
     """Refuse, with one line on every rank (every rank has the same manifest), a dataset
     this path cannot read or an h5py that cannot read in parallel. Cheap, before any work."""
     def no(msg):
-        return HpcioError(f"reader option hdf5=mpio: {msg}", together=True)
+        return HpcioError(f"reader option hdf5=mpio: {msg}", everywhere=True)
     if ds.format != "hdf5":
         raise no(f"{ds.root} is a {ds.format} dataset, not HDF5")
     layout = ds.manifest.get("hdf5", {}).get("layout", "contiguous")

@@ -5,23 +5,37 @@ Every rank loads *every* file of the dataset (a sequential read of each file in 
 pieces into one page-aligned buffer, timed as ``stats.load_s``), so any plan — any shuffle,
 any epoch — is served from RAM. On one node that costs ranks x dataset bytes of memory;
 the reader refuses to load more than ``max_bytes`` (default: half of the free memory,
-shared between the node's ranks).
+shared between the node's ranks). A dataset with records stored compressed (LevelDB's
+snappy blocks) is loaded record by record through the format's own library instead.
+
+How the records are held (option ``hold``, Lim et al. 2016's two in-memory stores):
+``buffer`` (default) is their "cppmem", the files in one buffer and a batch one numpy
+gather; ``pymem`` is a Python data layer's list of samples, one ``bytes`` object per
+record (split off the loaded buffer, which is then freed: the split counts in
+``load_s``), and a batch is copied out of the list record by record, per-sample Python
+by design. ``stats.extra["held_bytes"]`` is what the records occupy (``pymem``: the
+objects' and the list's ``sys.getsizeof``, before the allocator's rounding).
 """
 
 import os
+import sys
 import time
 
 import numpy as np
 
+from ..data.dataset import compressed_records
 from ..errors import HpcioError
+from ..formats import FORMATS
 from ..fsutil import aligned_empty
 from ..mpiutil import node_comm
-from .assemble import gather
+from .assemble import gather, layout
 from .base import Batch, BufferRing, Reader, faults, register, size_error
 
-__all__ = ["MemoryReader", "load_files"]
+__all__ = ["MemoryReader", "load_files", "load_native", "HOLD"]
 
 PIECE = 8 << 20
+#: how records are held: one buffer ("cppmem") or a list of bytes, one per record ("pymem")
+HOLD = ("buffer", "pymem")
 
 
 def _avail_bytes():
@@ -65,16 +79,38 @@ def load_files(paths, sizes, out, piece=PIECE):
     return calls
 
 
+def load_native(ds, out, start):
+    """Every record through the format's own library into ``out`` at ``start`` (records
+    stored compressed, which only the library gives); returns the files it opened."""
+    native = FORMATS[ds.format].open_native(ds)
+    try:
+        length = ds.index.length
+        for i in range(ds.records):  # once, before the first batch
+            rec = np.frombuffer(native.get(i), np.uint8)
+            if len(rec) != length[i]:
+                raise HpcioError(f"record {i} is {len(rec)} bytes, the index says "
+                                 f"{int(length[i])} (the data changed since it was indexed)")
+            out[start[i]:start[i] + len(rec)] = rec
+        return native.opens
+    finally:
+        native.close()
+
+
 @register
 class MemoryReader(Reader):
-    """All files loaded into RAM at construction; batches gathered with numpy."""
+    """All files loaded into RAM at construction; batches gathered with numpy (or, held
+    as ``pymem``, copied record by record out of a list)."""
 
     name = "memory"
 
-    def __init__(self, dataset, comm, max_bytes: int = None, **options):
+    def __init__(self, dataset, comm, max_bytes: int = None, hold: HOLD = "buffer",
+                 **options):
         super().__init__(dataset, comm, **options)
         idx = dataset.index
-        total = int(idx.file_bytes.sum())
+        native = compressed_records(dataset.manifest) > 0
+        total = held = need = int(idx.length.sum() if native else idx.file_bytes.sum())
+        if hold == "pymem":  # the objects, while the buffer they are split off still lives
+            need += int(idx.length.sum()) + len(idx) * (sys.getsizeof(b"") + 8)
         if max_bytes is None:
             avail = _avail_bytes()
             local = 1
@@ -83,25 +119,56 @@ class MemoryReader(Reader):
                 local = node.Get_size()
                 node.Free()
             max_bytes = avail // (2 * local) if avail else None
-        if max_bytes is not None and total > max_bytes:
-            raise HpcioError(f"the memory reader needs {total / 1e9:.2f} GB per rank, more "
+        if max_bytes is not None and need > max_bytes:
+            raise HpcioError(f"the memory reader needs {need / 1e9:.2f} GB per rank, more "
                              f"than the {max_bytes / 1e9:.2f} GB allowed (half the free memory "
                              f"shared between this node's ranks)", everywhere=True)
         base = np.zeros(len(idx.files) + 1, dtype=np.int64)
         np.cumsum(idx.file_bytes, out=base[1:])
-        self._start = base[idx.file] + idx.offset  # where record i lies in self.mem
+        # where record i lies in self.mem
+        self._start = layout(idx.length)[:-1] if native else base[idx.file] + idx.offset
         self.mem = aligned_empty(total)
         f0 = faults()
         t0 = time.perf_counter()
-        calls = load_files(dataset.paths, idx.file_bytes, self.mem)
+        if native:
+            calls, opens = 0, load_native(dataset, self.mem, self._start)
+        else:
+            calls, opens = load_files(dataset.paths, idx.file_bytes, self.mem), \
+                len(dataset.paths)
         self.stats.load_s = time.perf_counter() - t0
         self.stats.read_bytes = total
         self.stats.calls = calls
-        self.stats.opens = len(dataset.paths)
+        self.stats.opens = opens
         f1 = faults()
         self.stats.extra["load_minflt"] = f1[0] - f0[0]
         self.stats.extra["load_majflt"] = f1[1] - f0[1]
+        self.records = None
+        self._fill = self._gather
+        if hold == "pymem":
+            t0 = time.perf_counter()
+            ends = self._start + idx.length
+            self.records = [self.mem[a:b].tobytes()
+                            for a, b in zip(self._start.tolist(), ends.tolist())]
+            self.mem = None
+            self._fill = self._copy_each
+            self.stats.load_s += time.perf_counter() - t0
+            held = int(idx.length.sum()) + len(idx) * sys.getsizeof(b"") + \
+                sys.getsizeof(self.records)
+        self.stats.extra["hold"] = hold
+        self.stats.extra["held_bytes"] = held
         self._ring = BufferRing(2)
+
+    def _gather(self, ids, lengths, buf):
+        return gather(self.mem, self._start[ids], lengths, buf)
+
+    def _copy_each(self, ids, lengths, buf):
+        """The records of ``ids`` out of the list into ``buf``, one at a time."""
+        records, view, pos = self.records, memoryview(buf), 0
+        for i in ids.tolist():
+            r = records[i]
+            view[pos:pos + len(r)] = r
+            pos += len(r)
+        return layout(lengths)
 
     def epoch(self, plan):
         """Yield this rank's batches of ``plan`` from RAM (two alternating buffers: a
@@ -114,7 +181,7 @@ class MemoryReader(Reader):
                 ids = plan.step(s)
                 lengths = idx.length[ids]
                 buf = self._ring.take(s & 1, int(lengths.sum()))
-                off = gather(self.mem, self._start[ids], lengths, buf)
+                off = self._fill(ids, lengths, buf)
                 b = Batch(s, ids, buf[:off[-1]], off, idx.label[ids])
                 dt = time.perf_counter() - t0
                 b.fetch_s = dt
@@ -129,5 +196,5 @@ class MemoryReader(Reader):
             st.majflt += f1[1] - f0[1]
 
     def close(self):
-        self.mem = None
+        self.mem = self.records = None
         self._ring.clear()

@@ -2,10 +2,11 @@
 
 Each rank opens the dataset through its format's own library
 (``hpcio.formats.FORMATS[fmt].open_native``): LMDB env per shard on every rank
-(memory-mapped, ``readahead`` as the library defaults, one ``txn.get`` per sample), h5py
-with its default driver (one read per sample), image files (every rank lists the class
-folders itself, then open/read one file per sample), packed shards (one ``pread`` per
-record). The per-sample calls are the point: they are what is being measured. Only the
+(memory-mapped, ``readahead`` as the library defaults, one ``txn.get`` per sample), a
+LevelDB per shard on every rank through a private directory of links to its tables
+(LevelDB lets one process open a database; one ``db.get`` per sample), h5py with its
+default driver (one read per sample), image files (every rank lists the class folders
+itself, then open/read one file per sample), packed shards (one ``pread`` per record). The per-sample calls are the point: they are what is being measured. Only the
 batch assembly is ours: each record is copied into one page-aligned buffer at offsets
 computed from the index, so consumers see the same :class:`Batch` as from every reader.
 
@@ -31,9 +32,9 @@ from .base import Batch, BufferRing, FileCheck, Reader, ThreadIO, faults, \
 
 __all__ = ["NaiveReader", "ACCESS"]
 
-#: how the naive reader fetches LMDB records: ``get``, one lookup per record (what
-#: PyTorch-style loaders do); ``cursor``, a cursor walked in key order that steps over the
-#: other ranks' records (Caffe's data reader; LMDBIO's baseline; shuffle none only)
+#: how the naive reader fetches LMDB and LevelDB records: ``get``, one lookup per record
+#: (what PyTorch-style loaders do); ``cursor``, a cursor walked in key order that steps
+#: over the other ranks' records (Caffe's data reader; LMDBIO's baseline; shuffle none only)
 ACCESS = ("get", "cursor")
 
 
@@ -56,7 +57,7 @@ class NaiveReader(Reader):
         self.stats.opens += self.native.opens
         if access == "cursor" and not hasattr(self.native, "walk"):
             self.native.close()
-            raise HpcioError(f"access=cursor walks an LMDB cursor in key order; a "
+            raise HpcioError(f"access=cursor walks a key-value store in key order; a "
                              f"{dataset.format} dataset has none", everywhere=True)
         self.access = access
         self.stats.extra["access"] = access
@@ -69,8 +70,10 @@ class NaiveReader(Reader):
         get = native.get
         cursor = self.access == "cursor"
         if cursor and plan.steps and not (np.diff(plan.ids) > 0).all():
+            # this rank's plan: a padded last step can wrap around even unshuffled
             raise HpcioError("access=cursor reads records in key order, as Caffe's data "
-                             "reader does: it needs --shuffle none", everywhere=True)
+                             "reader does: it needs --shuffle none (and no padding: "
+                             "--drop-last)")
         skipped = [0]
         f0 = faults()
         clock = time.perf_counter

@@ -1,9 +1,10 @@
 """Records to pixels: raw bytes as one vectorised view, PNG/JPEG through Pillow.
 
-Raw records are never touched one by one: a batch whose records all have ``H*W*C`` bytes
-and lie back to back is one ``reshape`` of its buffer. PNG and JPEG are decoded picture by
-picture, because that is what the codecs do; Pillow releases the GIL inside its decoders
-and resamplers, so a pool of threads decodes in parallel.
+Raw records are never touched one by one: a batch whose records all have ``H*W*C``
+elements and lie back to back is one ``reshape`` of its buffer (a ``view`` first for
+records of another element type than uint8: Caffe's float32 HDF5). PNG and JPEG are
+decoded picture by picture, because that is what the codecs do; Pillow releases the GIL
+inside its decoders and resamplers, so a pool of threads decodes in parallel.
 """
 
 import io
@@ -12,7 +13,8 @@ import numpy as np
 
 from ..errors import HpcioError
 
-__all__ = ["MODES", "DECODERS", "raw_view", "decode_images", "decode_records"]
+__all__ = ["MODES", "DECODERS", "DTYPES", "element_type", "raw_view", "decode_images",
+           "decode_records"]
 
 MODES = {1: "L", 3: "RGB"}  # channels -> Pillow mode (gray uses Pillow's ITU-R 601 luma)
 
@@ -29,31 +31,47 @@ def sample_shape(shape):
 
 
 #: byte order of a raw record: ``hwc`` (pixel after pixel, as hpcio writes) or ``chw``
-#: (plane after plane: Caffe's Datum ``data`` field)
+#: (plane after plane: Caffe's Datum ``data`` field and HDF5 ``data`` dataset)
 LAYOUTS = ("hwc", "chw")
 
+#: element type of raw records (the manifest's ``dtype``), as the formats store them
+DTYPES = {"uint8": np.dtype("u1"), "float32": np.dtype("<f4"), "float64": np.dtype("<f8")}
 
-def raw_view(data, offsets, shape, layout="hwc"):
-    """(N, H, W, C) uint8 view of a batch of raw records, without a per-record step.
 
-    The records must be back to back and each ``H*W*C`` bytes long (checked vectorised);
-    anything else is bad data and raises :class:`HpcioError`. Channel-major (``chw``)
-    records are viewed through a transpose, not copied.
+def element_type(name):
+    """The numpy dtype of a manifest's ``dtype`` (uint8 when absent), checked."""
+    try:
+        return DTYPES[name or "uint8"]
+    except (KeyError, TypeError):
+        raise HpcioError(f"raw records of dtype {name!r} are not pictures (choose from "
+                         f"{', '.join(DTYPES)})", everywhere=True)
+
+
+def raw_view(data, offsets, shape, layout="hwc", dtype="uint8"):
+    """(N, H, W, C) view of a batch of raw records in their element type (``dtype``, a
+    name of :data:`DTYPES`), without a per-record step.
+
+    The records must be back to back and each ``H*W*C`` elements long (checked
+    vectorised); anything else is bad data and raises :class:`HpcioError`. Channel-major
+    (``chw``) records are viewed through a transpose, not copied.
     """
     if layout not in LAYOUTS:
         raise HpcioError(f"unknown raw layout {layout!r} (choose from "
                          f"{', '.join(LAYOUTS)})", everywhere=True)
+    dt = element_type(dtype)
     h, w, c = sample_shape(shape)
-    per = h * w * c
+    per = h * w * c * dt.itemsize
     offsets = np.asarray(offsets)
     n = len(offsets) - 1
     lengths = np.diff(offsets)
     if n and (lengths != per).any():
         k = int(np.flatnonzero(lengths != per)[0])
         raise HpcioError(f"raw record {k} of the batch has {int(lengths[k])} bytes, the "
-                         f"sample shape {[h, w, c]} needs {per}")
+                         f"sample shape {[h, w, c]} of {dt.name} needs {per}")
     lo = int(offsets[0]) if len(offsets) else 0
     flat = np.asarray(data)[lo:lo + n * per]
+    if dt.itemsize > 1:
+        flat = flat.view(dt)
     if layout == "chw":
         return flat.reshape(n, c, h, w).transpose(0, 2, 3, 1)
     return flat.reshape(n, h, w, c)
@@ -102,11 +120,11 @@ def decode_images(data, offsets, lo, hi, out, ids=None, other=None):
     return odd
 
 
-def _decode_raw(batch, shape, layout="hwc"):
-    return np.ascontiguousarray(raw_view(batch.data, batch.offsets, shape, layout))
+def _decode_raw(batch, shape, layout="hwc", dtype="uint8"):
+    return np.ascontiguousarray(raw_view(batch.data, batch.offsets, shape, layout, dtype))
 
 
-def _decode_image(batch, shape, layout="hwc"):
+def _decode_image(batch, shape, layout="hwc", dtype="uint8"):
     out = np.empty((len(batch),) + tuple(shape), dtype=np.uint8)
     decode_images(batch.data, batch.offsets, 0, len(batch), out, ids=batch.ids)
     return out
@@ -116,12 +134,14 @@ DECODERS = {"raw": _decode_raw, "png": _decode_image, "jpeg": _decode_image}
 
 
 def decode_records(batch, manifest):
-    """All records of ``batch`` as (N, H, W, C) uint8 at the manifest's shape (a copy,
-    so it outlives the reader's buffer)."""
+    """All records of ``batch`` as (N, H, W, C) at the manifest's shape, in its dtype
+    (uint8 pixels; Caffe's scaled float32 as stored) (a copy, so it outlives the reader's
+    buffer)."""
     enc = manifest.get("encoding")
     try:
         dec = DECODERS[enc]
     except KeyError:
         raise HpcioError(f"unknown encoding {enc!r} (choose from {', '.join(DECODERS)})",
                          everywhere=True)
-    return dec(batch, sample_shape(manifest.get("shape")), manifest.get("layout", "hwc"))
+    return dec(batch, sample_shape(manifest.get("shape")), manifest.get("layout", "hwc"),
+               manifest.get("dtype", "uint8"))

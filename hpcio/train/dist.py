@@ -11,8 +11,9 @@ Backends (``--dist``), in a registry:
 * ``torch`` (default): ``torch.distributed`` with NCCL on GPUs, gloo on CPUs, and the model
   wrapped in ``DistributedDataParallel``.
 * ``horovod``: Horovod's ``DistributedOptimizer`` over MPI. Optional: its last release
-  (0.28.1) does not build against PyTorch >= 2.1 as shipped. Recipe that builds it against
-  torch 2.13::
+  (0.28.1) does not build against PyTorch >= 2.1 as shipped. ``make horovod``
+  (scripts/install-horovod.sh) builds it into the venv against torch 2.13 and the venv's
+  MPI; by hand::
 
       pip download --no-deps --no-binary=:all: horovod==0.28.1 && tar xf horovod-0.28.1.tar.gz
       cd horovod-0.28.1
@@ -22,8 +23,9 @@ Backends (``--dist``), in a registry:
       HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 \\
           HOROVOD_WITHOUT_MXNET=1 pip install --no-build-isolation .
 
-  (about 3.5 minutes). ``horovodrun --mpi`` does not recognise MPICH 4's version string:
-  launch with ``mpiexec``/``srun`` directly.
+  It must be compiled with the mpicxx of the MPI mpi4py loads (one libmpi per process).
+  ``horovodrun --mpi`` does not recognise MPICH 4's version string: launch with
+  ``mpiexec``/``srun`` directly.
 * ``none``: no gradient exchange (each rank trains alone; an I/O-only baseline).
 
 The ``emulate`` model has no gradients to exchange and uses ``none`` whatever is asked.
@@ -38,7 +40,7 @@ from ..errors import HpcioError
 from ..mpiutil import node_comm, on_root
 
 __all__ = ["World", "init_world", "pick_device", "DISTS", "TorchDist", "HorovodDist",
-           "NoDist", "make_dist", "free_port", "master_address"]
+           "NoDist", "check_dist", "make_dist", "free_port", "master_address"]
 
 
 @dataclass
@@ -118,6 +120,11 @@ class NoDist:
 
     name = "none"
 
+    @staticmethod
+    def problem():
+        """What keeps this backend from running here (one line), or None."""
+        return None
+
     def __init__(self, world, device):
         self.world, self.device = world, device
 
@@ -176,17 +183,31 @@ class HorovodDist(NoDist):
 
     name = "horovod"
 
-    def __init__(self, world, device):
-        super().__init__(world, device)
+    @staticmethod
+    def problem():
         try:
             import horovod.torch as hvd
         except ImportError as e:
-            raise HpcioError(f"--dist horovod: horovod.torch does not import ({e}); "
-                             "see hpcio/dist.py for a build recipe", everywhere=True)
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return (f"--dist horovod: horovod.torch does not import ({why}); build it into "
+                    "this venv with `make horovod` (scripts/install-horovod.sh)")
+        if not hvd.mpi_built():
+            return ("--dist horovod: this Horovod was built without MPI "
+                    "(horovod.torch.mpi_built() is False); rebuild it with "
+                    "HOROVOD_WITH_MPI=1: `make horovod`")
+        return None
+
+    def __init__(self, world, device):
+        super().__init__(world, device)
+        import horovod.torch as hvd
         hvd.init()
-        if hvd.rank() != world.rank or hvd.size() != world.size:
-            raise HpcioError(f"horovod sees rank {hvd.rank()} of {hvd.size()}, MPI "
-                             f"{world.rank} of {world.size}", everywhere=False)
+        wrong = int(hvd.rank() != world.rank or hvd.size() != world.size)
+        if world.size > 1:
+            wrong = world.comm.allreduce(wrong)
+        if wrong:
+            raise HpcioError(f"--dist horovod: Horovod sees rank {hvd.rank()} of "
+                             f"{hvd.size()}, MPI {world.rank} of {world.size} (usually: it was "
+                             "built against another MPI than mpi4py's)", everywhere=True)
         self.hvd = hvd
 
     def wrap(self, model, optimizer):
@@ -204,11 +225,24 @@ class HorovodDist(NoDist):
 DISTS = {cls.name: cls for cls in (TorchDist, HorovodDist, NoDist)}
 
 
-def make_dist(name, world, device):
-    """The gradient-exchange backend called ``name`` (collective: every rank calls it)."""
+def _backend(name):
     try:
-        cls = DISTS[name]
+        return DISTS[name]
     except KeyError:
         raise HpcioError(f"unknown --dist {name!r} (choose from {', '.join(DISTS)})",
                          everywhere=True)
-    return cls(world, device)
+
+
+def check_dist(name, world):
+    """Refuse a backend that cannot run here, before anything is made (collective: every
+    rank checks its own installation; the first rank's problem is said once)."""
+    problem = _backend(name).problem()
+    if world.comm is not None and world.size > 1:
+        problem = next((p for p in world.comm.allgather(problem) if p), None)
+    if problem:
+        raise HpcioError(problem, everywhere=True)
+
+
+def make_dist(name, world, device):
+    """The gradient-exchange backend called ``name`` (collective: every rank calls it)."""
+    return _backend(name)(world, device)

@@ -48,7 +48,8 @@ def build_parser():
                    help="MPI-IO (ROMIO) hint for the reader, repeatable")
     g.add_argument("--reader-option", action="append", default=[], metavar="KEY=VALUE",
                    help="any other reader option, repeatable (e.g. shared=false for the "
-                        "coordinated reader; see hpcio/readers/coordinated.py)")
+                        "coordinated reader, see hpcio/readers/coordinated.py; hold=pymem "
+                        "for the memory reader: one Python bytes per record)")
     g.add_argument("--reader-prefetch", type=integer(0), default=None, metavar="K",
                    help="batches the reader keeps in flight (reader's default if unset)")
     g.add_argument("--collective", dest="collective", action="store_true", default=None,

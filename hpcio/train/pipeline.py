@@ -16,7 +16,11 @@ before the consumer has asked for batch ``j - prefetch`` (a semaphore, released 
 ``next()``), so memory stays bounded and ``prefetch=0`` means no read-ahead at all.
 
 Raw records are converted over the whole chunk at once (one reshape of the buffer, torch
-for the resize and arithmetic): no Python runs per sample. PNG/JPEG are decoded per
+for the resize and arithmetic): no Python runs per sample. Raw records may be stored in
+another element type than uint8 (the manifest's ``dtype``, ``layout`` and ``scale``:
+Caffe's float32 HDF5 holds pixels x 1/256, plane after plane): the arithmetic then runs
+in the stored units, whose white is ``255 * scale``, so scaled data is not re-scaled as
+if it were pixels, only mapped once to the model's input. PNG/JPEG are decoded per
 picture in Pillow, which releases the GIL, so the workers decode in parallel; the decoded
 chunk is then resized in one torch call on uint8 (its vectorised channels-last kernel:
 Pillow's bilinear filter within a grey level), several times cheaper than Pillow picture
@@ -39,7 +43,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import HpcioError
-from .decode import DECODERS, MODES, decode_images, decode_records, raw_view, sample_shape
+from .decode import (DECODERS, MODES, decode_images, decode_records, element_type,
+                     raw_view, sample_shape)
 
 __all__ = ["Pipeline", "Run", "Prepared", "BRIGHTNESS", "check_labels", "decode_records"]
 
@@ -244,10 +249,12 @@ class Pipeline:
     """Reader batches -> :class:`Prepared` tensors of shape (N, *input_shape).
 
     ``manifest``: the dataset manifest (``encoding`` raw|png|jpeg, ``shape`` [H, W, C],
-    ``classes``); ``input_shape``: the model's (C, H, W). ``threads`` workers (>= 1),
-    ``prefetch`` batches of read-ahead (>= 0). ``augment``: random brightness (+-
-    ``brightness``) and clip; ``seed``: its generator is seeded with (seed, epoch, step),
-    so a step's deltas are reproducible (pass a rank-dependent seed for distinct ranks).
+    ``classes``; for raw records ``layout`` hwc|chw, ``dtype`` and ``scale``, the stored
+    value of a pixel value of 1); ``input_shape``: the model's (C, H, W). ``threads``
+    workers (>= 1), ``prefetch`` batches of read-ahead (>= 0). ``augment``: random
+    brightness (+- ``brightness``) and clip; ``seed``: its generator is seeded with
+    (seed, epoch, step), so a step's deltas are reproducible (pass a rank-dependent seed
+    for distinct ranks).
     ``mean``/``std`` (scalars or per channel) normalise the [0, 1] pixels (the default
     maps them to [-1, 1], neutral for synthetic data); ``mean=0, std=1`` leaves them in
     [0, 1]. ``classes`` (default: the manifest's) bounds the labels.
@@ -264,6 +271,13 @@ class Pipeline:
         self.encoding = enc
         self.src_shape = sample_shape(manifest.get("shape"))  # (H, W, C)
         self.layout = manifest.get("layout", "hwc")  # of raw records
+        self.dtype = manifest.get("dtype", "uint8") if enc == "raw" else "uint8"
+        element_type(self.dtype)
+        scale = manifest.get("scale", 1.0) if enc == "raw" else 1.0
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or \
+                not 0 < scale < float("inf"):
+            raise HpcioError(f"manifest scale must be a positive number, not {scale!r}",
+                             everywhere=True)
         try:
             c, h, w = (int(v) for v in input_shape)
         except (TypeError, ValueError):
@@ -298,8 +312,10 @@ class Pipeline:
         mean, std = _channel_stat(mean, c, "mean"), _channel_stat(std, c, "std")
         if (np.asarray(std) <= 0).any():
             raise HpcioError("normalisation std must be > 0", everywhere=True)
-        # pixels stay in 0..255 until the end: x/255 then (x - mean)/std is one affine map
-        self._scale = 1.0 / (255.0 * std)
+        # values stay in stored units (0..255 for pixels, 0..255*scale for scaled data)
+        # until the end: x/white then (x - mean)/std is one affine map
+        self._white = 255.0 * float(scale)
+        self._scale = 1.0 / (self._white * std)
         self._shift = mean / std
         self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="hpcio-prep")
         self._runs = weakref.WeakSet()
@@ -370,15 +386,16 @@ class Pipeline:
         c, h, w = self.input_shape
         h0, w0, c0 = self.src_shape
         if self.encoding == "raw":
-            u8, odd = raw_view(data, offsets[lo:hi + 1], self.src_shape, self.layout), {}
+            px, odd = raw_view(data, offsets[lo:hi + 1], self.src_shape, self.layout,
+                               self.dtype), {}
         else:  # decode at the stored size, in the smaller of the two channel counts
-            u8 = np.empty((hi - lo, h0, w0, min(c0, c)), dtype=np.uint8)
-            odd = decode_images(data, offsets, lo, hi, u8, ids=ids, other=(h, w))
-        self._fill(xs, torch.from_numpy(u8).permute(0, 3, 1, 2), odd)
-        # xs holds pixel values in [0, 255]
+            px = np.empty((hi - lo, h0, w0, min(c0, c)), dtype=np.uint8)
+            odd = decode_images(data, offsets, lo, hi, px, ids=ids, other=(h, w))
+        self._fill(xs, torch.from_numpy(px).permute(0, 3, 1, 2), odd)
+        # xs holds stored values in [0, white]
         if deltas is not None:
-            xs.add_(torch.from_numpy(deltas[lo:hi] * 255.0).view(-1, 1, 1, 1))
-            xs.clamp_(0.0, 255.0)
+            xs.add_(torch.from_numpy(deltas[lo:hi] * self._white).view(-1, 1, 1, 1))
+            xs.clamp_(0.0, self._white)
         xs.mul_(self._scale)
         if not (isinstance(self._shift, float) and self._shift == 0.0):
             xs.sub_(self._shift)
@@ -389,7 +406,8 @@ class Pipeline:
         the model's input, convert its channels, and write it into float ``xs`` in
         0..255. The resize runs on uint8 (torch's vectorised channels-last kernel,
         bilinear, antialiased when shrinking: the filter Pillow uses, within one grey
-        level, and 7-13x less CPU than on floats)."""
+        level, and 7-13x less CPU than on floats). A chunk of float records (stored
+        units) is resized and written as it is."""
         c, h, w = self.input_shape
         if tuple(t.shape[2:]) != (h, w):
             t = F.interpolate(t, size=(h, w), mode="bilinear", align_corners=False,

@@ -43,7 +43,7 @@ from ..mpiutil import on_root
 from ..plan import make_plan
 from ..readers import check_dataset, make_reader
 from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpoint
-from .dist import init_world, make_dist, pick_device
+from .dist import check_dist, init_world, make_dist, pick_device
 from .emulate import SPEC, ComputeTime, EmulatedModel, ReadOnly
 from .models import make_model
 from .options import parse_args, reader_options
@@ -75,8 +75,8 @@ def torch_threads(world, want=0):
 
 class Step:
     """One training step of a real model: forward, loss, backward (DDP allreduces the
-    gradients during it), optimiser step; synchronised on GPU so its time is the
-    device's, not the launch's."""
+    gradients during it), optimiser step (Horovod's waits for its allreduces there);
+    synchronised on GPU so its time is the device's, not the launch's."""
 
     def __init__(self, model, optimizer, device):
         import torch
@@ -87,7 +87,8 @@ class Step:
         model.train()
 
     def __call__(self, x, y):
-        self.optimizer.zero_grad(set_to_none=True)
+        # set_to_none is the default (torch >= 2.0); Horovod's optimiser takes no argument
+        self.optimizer.zero_grad()
         loss = self.loss_fn(self.model(x), y)
         loss.backward()
         self.optimizer.step()
@@ -255,6 +256,8 @@ def setup(args):
     torch.manual_seed(args.seed)
     sys.setswitchinterval(SWITCH_INTERVAL)
     device = pick_device(world, args.device)
+    dist_name = "none" if args.model == "emulate" else args.dist
+    check_dist(dist_name, world)
     ds = open_dataset(args.data, world.comm)
     check_dataset(args.reader, ds, reader_options(args))
     wd.mark("the model's construction")
@@ -290,7 +293,6 @@ def setup(args):
     # (LMDB's mmap) stay in the page cache whatever fadvise or drop_caches say
     reopen = args.cache == "cold" and args.reader != "memory"
 
-    dist_name = "none" if args.model == "emulate" else args.dist
     wd.mark("the gradient exchange's set-up (collectives)")
     dist = make_dist(dist_name, world, device)
     model = model.to(device)
@@ -308,7 +310,7 @@ def setup(args):
     config.update({
         "ranks": world.size, "nodes": world.nodes, "run_dir": out.path,
         "dataset": {k: ds.manifest.get(k) for k in ("format", "encoding", "shape",
-                                                    "classes", "records")},
+                                                    "dtype", "classes", "records")},
         "dataset_bytes": ds.nbytes(),
         "steps_per_epoch": steps_per_epoch, "plan_steps_per_epoch": plan0.steps,
         "input_shape": list(input_shape), "num_classes": classes,

@@ -21,7 +21,8 @@ import sys
 import numpy as np
 from mpi4py import MPI
 
-from hpcio.data.dataset import open_dataset
+from hpcio.data.dataset import compressed_records, open_dataset
+from hpcio.data.write import Synthetic
 from hpcio.errors import HpcioError, guard
 from hpcio.plan import epoch_order, make_plan
 from hpcio.readers import make_reader
@@ -37,7 +38,12 @@ def parse_variant(spec):
 
 
 def source_bytes(ds, i):
-    """Record ``i`` read the plainest way: pread at the index offset."""
+    """Record ``i`` read the plainest way: pread at the index offset; where records lie
+    compressed in their files (a LevelDB's snappy blocks), drawn again from the preset."""
+    m = ds.manifest
+    if compressed_records(m):
+        src = Synthetic(m["preset"], m["seed"], m["records"], m["shape"])
+        return src.block(i, i + 1, m["encoding"], m.get("quality", 90)).record(0).tobytes()
     idx = ds.index
     with open(ds.path(idx.file[i]), "rb") as f:
         f.seek(int(idx.offset[i]))
