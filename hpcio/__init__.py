@@ -19,7 +19,8 @@ Where things live (one home per concern)::
                 thread, the run directory
     analysis/   figures and tables computed afterwards from what runs wrote: run summaries,
                 Darshan logs read into arrays, the tables, findings and scaling model of
-                the ``analyze`` command, and its report
+                the ``analyze`` command, and its report; stores of one dataset compared
+                (stores: the studies in analysis/ use it)
     bench.py, demo.py, datagen.py, results.py, analyze.py   the other commands (``python -m
                 hpcio.<command>``; ``results summarize`` for runs that did not finish)
     mpiutil.py  MPI patterns: work on rank 0 with errors raised everywhere, node
