@@ -10,7 +10,8 @@ Where things live (one home per concern)::
                 protocol in formats/base.py; FORMATS registry; Caffe's Datum in datum.py
     plan.py     the sample plan: which records each rank gets at each step
     readers/    readers that execute a plan (naive, coordinated, memory; READERS registry),
-                with batch assembly, read jobs, node-shared reads and ROMIO hints
+                with batch assembly, read jobs, node-shared reads, ROMIO hints and reads
+                through parallel HDF5 (h5mpio)
     cache.py    page-cache state of a dataset (cold, warm, as is), proven with mincore
     train/      the ``train`` command: options, trainer loop, gradient exchange, models,
                 emulated compute, preprocessing pipeline, checkpoints, stop vote

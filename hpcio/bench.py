@@ -57,7 +57,7 @@ from .measure import probes
 from .measure.probes import block_device, disk_read_bytes, loadavg, read_ahead_kb
 from .mpiutil import idle_barrier, on_root
 from .plan import SHUFFLES, make_plan
-from .readers import READERS, make_reader
+from .readers import READERS, check_dataset, make_reader
 from .readers.hints import parse_hints
 
 __all__ = ["main", "parse_reader", "LIMITS", "run_reader", "run_limit", "wait_quiet"]
@@ -353,6 +353,8 @@ def main(argv=None):
             "mpi": MPI.Get_library_version().splitlines()[0].strip(), "datasets": {}}
     for root in a.data:
         ds = open_dataset(root, comm)
+        for _, name, opts in readers:
+            check_dataset(name, ds, opts)
         if a.verify:
             on_root(comm, ds.verify_checksums)
         name = os.path.basename(os.path.normpath(root))

@@ -189,6 +189,7 @@ class Writer:
     def close(self):
         cat = (lambda xs: np.concatenate(xs) if xs else np.zeros(0, np.int64))
         length, labels = cat(self.lengths) * self.item, cat(self.labels)
+        self.images = None  # dataset handles go before the file (see abort)
         if self.layout == "blob":
             self.blob.close()
             offsets = np.zeros(self.n + 1, np.int64)
@@ -201,11 +202,15 @@ class Writer:
             with open(self.blob_path, "rb") as src:
                 for pos in range(0, total, COPY):
                     images[pos:pos + COPY] = np.frombuffer(src.read(COPY), np.uint8)
+            del images
             os.unlink(self.blob_path)
         self.f.create_dataset(self.names[1], data=labels.astype("<f4" if self.caffe
                                                                 else "<i8"))
+        # a full disk fails here, as an exception, and abort() closes what is open; a close
+        # that fails with dataset handles still open crashes HDF5 (segfault)
+        self.f.flush()
         self.f.close()
-        self.f = self.images = None
+        self.f = None
         fsync_path(self.path)
         with open_h5(self.path) as f:
             if self.layout == "blob":

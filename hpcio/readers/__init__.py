@@ -11,7 +11,7 @@ from .base import (READERS, Auto, Batch, Reader, ReaderStats, convert_option, fa
 from . import coordinated, memory, naive  # noqa: F401  (register the readers)
 
 __all__ = ["READERS", "Batch", "Reader", "ReaderStats", "faults", "register", "make_reader",
-           "check_options", "option_types"]
+           "check_options", "check_dataset", "option_types"]
 
 
 # options a run may pass to whichever reader it picks (a reader without them ignores
@@ -45,6 +45,13 @@ def check_options(name, options):
     if bad:
         raise HpcioError(f"reader {name!r} has no option {', '.join(bad)}", everywhere=True)
     return {k: convert_option(k, v, types[k]) for k, v in options.items()}
+
+
+def check_dataset(name, dataset, options):
+    """Refuse, before any work and with one line on every rank, options of reader
+    ``name`` that cannot read ``dataset`` (e.g. ``hdf5=mpio`` on a dataset that is not
+    HDF5, or without parallel h5py): the reader's ``check``."""
+    _reader(name).check(dataset, **check_options(name, options))
 
 
 def make_reader(name, dataset, comm=None, **options):

@@ -312,6 +312,12 @@ class Reader:
         self._cache0 = None
         self.stats.extra["cache_measured"] = len(dataset.index.files) <= MAX_CACHE_FILES
 
+    @staticmethod
+    def check(dataset: "Dataset", **options) -> None:
+        """Refuse options that cannot read ``dataset`` with one line on every rank
+        (:class:`HpcioError`), before any work: cheap, no MPI. A reader that can refuse
+        overrides it and calls it on construction too."""
+
     def epoch(self, plan: "Plan") -> Iterator[Batch]:
         raise NotImplementedError
 

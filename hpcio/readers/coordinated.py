@@ -65,6 +65,10 @@ What it does differently from the naive reader:
 
 LMDB, LevelDB and HDF5 files are read as bytes at the index offsets, never through their
 libraries; a dataset with records stored compressed (LevelDB's snappy blocks) is refused.
+Except with ``hdf5="mpio"``: HDF5 files are then read through HDF5's own parallel I/O
+(h5py's ``mpio`` driver, collective ``H5Dread`` calls of a rank's rows per file and
+request; :mod:`hpcio.readers.h5mpio`), with the same requests, prefetching and checks,
+collective unless ``collective=False``.
 Stopping an epoch early must happen at the same batch on every rank (the reads already in
 flight are completed, so every rank leaves the collectives together).
 
@@ -91,13 +95,17 @@ from ..mpiutil import node_comm
 from .assemble import copy_records, layout
 from .base import Auto, Batch, BufferRing, FileCheck, Reader, faults, files_are_records, \
     register, size_error
+from . import h5mpio
 from .hints import file_hints, mpi_info
 from .reads import plan_reads
 from .nodeshare import NodeShare
 
-__all__ = ["CoordinatedReader", "MECHANISMS", "MAX_MPI_FILES", "request_bounds"]
+__all__ = ["CoordinatedReader", "MECHANISMS", "HDF5_PATHS", "MAX_MPI_FILES",
+           "request_bounds"]
 
 MECHANISMS = ("thread", "nonblocking", "sync")
+# how HDF5 files are read: raw MPI-IO at the index offsets, or HDF5's parallel I/O
+HDF5_PATHS = ("offsets", "mpio")
 MAX_MPI_FILES = 256
 SHARE_MIN_RECORD = 16 << 10
 _OK = object()
@@ -216,7 +224,10 @@ class CoordinatedReader(Reader):
     def __init__(self, dataset, comm, prefetch=2, collective: Auto = "auto",
                  hints: dict = None, mechanism: MECHANISMS = "thread", group_bytes=8 << 20,
                  max_request_bytes=64 << 20, threads=4, sieve_gap: int = None,
-                 sieve_ratio=3.0, willneed=True, shared: Auto = False, ramp=True, **options):
+                 sieve_ratio=3.0, willneed=True, shared: Auto = False, ramp=True,
+                 hdf5: HDF5_PATHS = "offsets", **options):
+        self.check(dataset, hdf5=hdf5)
+        mpio = hdf5 == "mpio"
         super().__init__(dataset, comm, **options)
         packed = compressed_records(dataset.manifest)
         if packed:
@@ -232,7 +243,7 @@ class CoordinatedReader(Reader):
         self.prefetch = max(0, int(prefetch))
         world = comm if comm is not None else MPI.COMM_SELF
         if collective == "auto":
-            collective = not _one_node(world)
+            collective = mpio or not _one_node(world)
         self.collective = bool(collective)
         self.hints = dict(hints or {})
         if not self.collective:
@@ -249,8 +260,8 @@ class CoordinatedReader(Reader):
         idx = dataset.index
         self._record_files = files_are_records(dataset)
         self._check = None if self._record_files else FileCheck(dataset)
-        self.filewise = self._record_files or len(idx.files) > MAX_MPI_FILES
-        if self.filewise and mechanism == "nonblocking":
+        self.filewise = not mpio and (self._record_files or len(idx.files) > MAX_MPI_FILES)
+        if (self.filewise or mpio) and mechanism == "nonblocking":
             mechanism = "thread"  # no MPI files to issue nonblocking reads on
         self.mechanism = mechanism
         self.comm = (comm if comm is not None else MPI.COMM_SELF).Dup()
@@ -266,13 +277,18 @@ class CoordinatedReader(Reader):
         self._stage = [None] * (self.prefetch + 1)
         self._fh = []
         self._scratch = aligned_empty(1)
-        if not self.filewise:
+        self._h5 = None
+        if mpio:
+            self._h5 = h5mpio.H5Files(dataset, self.comm, self.collective, self.hints,
+                                      self._check.check)
+            self.stats.opens += len(self._paths)
+        elif not self.filewise:
             self._open_files(MPI)
-            if self.willneed:
-                self._fds = [os.open(p, os.O_RDONLY) for p in self._paths]
-                self.stats.opens += len(self._fds)
+        if not self.filewise and self.willneed:
+            self._fds = [os.open(p, os.O_RDONLY) for p in self._paths]
+            self.stats.opens += len(self._fds)
         self._share = None
-        if not (self.collective or self.filewise or self.mechanism == "nonblocking"):
+        if not (self.collective or self.filewise or mpio or self.mechanism == "nonblocking"):
             want = bool(shared) if shared != "auto" else None
             node = node_comm(self.comm)
             # auto: records of at least SHARE_MIN_RECORD bytes: for small, cached records
@@ -286,7 +302,13 @@ class CoordinatedReader(Reader):
         self.stats.extra.update(mechanism=self.mechanism, prefetch=self.prefetch,
                                 shared=self._share is not None,
                                 collective=self.collective, filewise=self.filewise,
-                                hints=dict(self.hints))
+                                hints=dict(self.hints), hdf5=hdf5)
+
+    @staticmethod
+    def check(dataset, hdf5="offsets", **_):
+        """``hdf5="mpio"`` needs an HDF5 dataset of rows and h5py built with MPI."""
+        if hdf5 == "mpio":
+            h5mpio.check(dataset)
 
     # ---- set-up -------------------------------------------------------------------
     def _open_files(self, MPI):
@@ -545,6 +567,11 @@ class CoordinatedReader(Reader):
         r.t0 = t0
         if self.filewise:
             self._read_filewise(r, buf)
+        elif self._h5 is not None:
+            got = self._h5.read(r.ids, r.off[:-1], np.flatnonzero(files) if self.collective
+                                else None, buf, lambda n: self._stage_buffer(0, n),
+                                self.stats)
+            self._check.check(got)  # the files as they were on open
         elif self._share is not None:
             self._share.read(r, buf, self.stats, self._paths, self._check)
         else:
@@ -704,6 +731,9 @@ class CoordinatedReader(Reader):
         if getattr(self, "_share", None) is not None:
             self._share.close()
             self._share = None
+        if getattr(self, "_h5", None) is not None:
+            self._h5.close()
+            self._h5 = None
         for fd in self._fds:
             os.close(fd)
         self._fds = []

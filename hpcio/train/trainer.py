@@ -41,7 +41,7 @@ from ..measure.sampler import Sampler
 from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
 from ..mpiutil import on_root
 from ..plan import make_plan
-from ..readers import make_reader
+from ..readers import check_dataset, make_reader
 from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpoint
 from .dist import check_dist, init_world, make_dist, pick_device
 from .emulate import SPEC, ComputeTime, EmulatedModel, ReadOnly
@@ -259,6 +259,7 @@ def setup(args):
     dist_name = "none" if args.model == "emulate" else args.dist
     check_dist(dist_name, world)
     ds = open_dataset(args.data, world.comm)
+    check_dataset(args.reader, ds, reader_options(args))
     wd.mark("the model's construction")
     model, spec = _build_model(args, ds, world)
     input_shape = _input_shape(args, ds, spec)
