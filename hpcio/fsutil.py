@@ -67,10 +67,22 @@ def _jsonable(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+HUGE = 4 << 20
+
+
 def aligned_empty(nbytes):
-    """A page-aligned uint8 buffer (an anonymous mmap): copies from the page cache into
-    it run several times faster than into ``np.empty``'s 16-byte-offset memory."""
-    m = mmap.mmap(-1, max(int(nbytes), 1))
+    """A page-aligned uint8 buffer (a private anonymous mmap): copies from the page cache
+    into it run several times faster than into ``np.empty``'s 16-byte-offset memory.
+    Private, not shared (Python's default): private pages fault in cheaper and, from
+    ``HUGE`` bytes on, are asked for as transparent huge pages (a 2 MiB page is one fault
+    where 4 KiB pages are 512)."""
+    n = max(int(nbytes), 1)
+    m = mmap.mmap(-1, n, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if n >= HUGE and hasattr(mmap, "MADV_HUGEPAGE"):
+        try:
+            m.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:  # a kernel without transparent huge pages
+            pass
     return np.frombuffer(m, dtype=np.uint8, count=int(nbytes))
 
 

@@ -121,10 +121,10 @@ def _check(n, data, readers, *extra):
 @pytest.mark.lane
 @pytest.mark.mpi
 @pytest.mark.parametrize("n, readers, shuffles, epochs", [
-    (2, f"naive,coordinated,{MPIO},{MPIO}:mechanism=sync:group_bytes=1,"
-        f"{MPIO}:collective=false:group_bytes=1:prefetch=0", "none,chunk,global", 2),
+    (2, f"naive,coordinated,{MPIO},{MPIO}:mechanism=sync:request_bytes=1,"
+        f"{MPIO}:collective=false:request_bytes=1:prefetch=0", "none,chunk,global", 2),
     # 3 ranks on a 2-core runner: every collective waits for a descheduled rank
-    (3, f"naive,coordinated,{MPIO}:group_bytes=1", "none,global", 1),
+    (3, f"naive,coordinated,{MPIO}:request_bytes=1", "none,global", 1),
 ])
 def test_mpio_exactly_once_same_bytes_as_the_other_readers(sets, n, readers, shuffles,
                                                            epochs):
@@ -132,7 +132,7 @@ def test_mpio_exactly_once_same_bytes_as_the_other_readers(sets, n, readers, shu
     (one read per run of rows, the calls matched across ranks), and float32 (4-byte
     elements, Caffe's layout) contiguous and chunked, with and without drop_last: every
     record of an epoch exactly once, the bytes of the source, every reader's per-rank
-    sequence identical, also after an early stop. Requests of one step (group_bytes=1)
+    sequence identical, also after an early stop. Requests of one step (request_bytes=1)
     leave ranks with nothing to read in a file some other rank reads: they join its
     collective read with an empty selection."""
     layouts = ["contiguous", "chunked", "wide", "f32", "f32-chunked"][:5 if n == 2 else 2]
@@ -161,7 +161,7 @@ def test_mpio_shard_changed_mid_epoch_is_one_line(tmp_path, sets, change, says):
     ds_root = tmp_path / "d"
     shutil.copytree(sets["contiguous"].root, ds_root)
     p = run_mpi(2, [CHANGE, "--data", ds_root, "--reader",
-                    f"{MPIO}:group_bytes=1:max_request_bytes=1", "--change", change,
+                    f"{MPIO}:request_bytes=1", "--change", change,
                     "--file", 1, "--at", 1, "--batch", 3], timeout=120)
     assert p.returncode != 0 and "DELIVERED" not in p.stdout, p.stdout + p.stderr
     assert "Traceback" not in p.stderr

@@ -34,7 +34,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHECK = os.path.join(HERE, "mpi", "check_integrity.py")
 TRAIN = ["-m", "hpcio.train"]
 SIZES = r"(\d+) bytes, expected (\d+)"
-C = "coordinated:group_bytes=1:max_request_bytes=1"  # one step per request
+C = "coordinated:request_bytes=1"  # one step per request
 
 
 def copy(ds, dst):
@@ -145,7 +145,7 @@ def test_naive_reader_stops_at_a_shard_that_shrank(tmp_path, base, fmt):
     ("hdf5", "naive", "grow", "grew during the run"),
 ])
 def test_a_shard_changed_mid_epoch_stops_the_job(tmp_path, base, fmt, reader, change, says):
-    # one step per request (group_bytes, max_request_bytes): most reads come after the change
+    # one step per request (request_bytes=1): most reads come after the change
     ds = copy(base[fmt], tmp_path / "d")
     plan = make_plan(ds.records, 2, 0, 4, epoch=0, seed=1, shuffle="global")
     victim = int(ds.index.file[plan.step(plan.steps - 1)[0]])  # read at the very end
@@ -257,7 +257,7 @@ def test_reader_options_are_typed():
                                              "mapping"),
     ("naive", {"prefetch": "-"}, "reader option prefetch='-' is not an integer"),
     ("memory", {"max_bytes": "lots"}, "reader option max_bytes='lots' is not an integer"),
-    ("naive", {"group_bytes": "1"}, "reader 'naive' has no option group_bytes"),
+    ("naive", {"request_bytes": "1"}, "reader 'naive' has no option request_bytes"),
 ])
 def test_bad_reader_option_is_one_line(reader, opts, says):
     with pytest.raises(HpcioError) as e:

@@ -66,7 +66,7 @@ def test_every_format_exactly_once_same_bytes_same_sequence(data, n):
     d = check(n, data, "naive,coordinated,memory,memory:hold=pymem,"
                        "coordinated:mechanism=nonblocking,"
                        "coordinated:collective=true:sieve_gap=0,coordinated:prefetch=0,"
-                       "coordinated:shared=false,coordinated:shared=true:group_bytes=1:"
+                       "coordinated:shared=false,coordinated:shared=true:request_bytes=1:"
                        "mechanism=sync",
               "--batch", "3", "--early-stop", "2")
     assert len(d) == len(SETS) * 3 * 2 * 2  # datasets x shuffles x drop_last x epochs
@@ -83,7 +83,7 @@ def test_same_seed_same_order_across_runs(data):
     """Two separate jobs (other reader variants, tiny requests, requests without the
     epoch-start ramp) deliver the same sequences."""
     a = check(2, data[:2], "coordinated,memory", "--batch", "3", "--drop-last", "yes")
-    b = check(2, data[:2], "coordinated:group_bytes=1:collective=true,naive,"
+    b = check(2, data[:2], "coordinated:request_bytes=1:collective=true,naive,"
                            "coordinated:ramp=false",
               "--batch", "3", "--drop-last", "yes")
     assert a == b and len(a) == 2 * 3 * 2
@@ -130,7 +130,7 @@ def test_reader_requests_ramp_up_then_stay_steady(data):
     ds = open_dataset(data[3])  # packed raw, 61 records
     plan = make_plan(ds.records, 1, 0, 2, shuffle="none")  # 30 steps
     for ramp, sizes in ((True, [1, 2, 4, 8, 8, 7]), (False, [8, 8, 8, 6])):
-        with make_reader("coordinated", ds, None, group_bytes=8 * 2 * 784,
+        with make_reader("coordinated", ds, None, request_bytes=8 * 2 * 784,
                          ramp=ramp) as r:
             reqs, touched = r._prepare(plan)
         assert [q.hi - q.lo for q in reqs] == sizes

@@ -93,7 +93,7 @@ from ..fsutil import aligned_empty
 from ..mpicompat import check_romio
 from ..mpiutil import node_comm
 from .assemble import copy_records, layout
-from .base import Auto, Batch, BufferRing, FileCheck, Reader, faults, files_are_records, \
+from .base import POOL, Auto, Batch, BufferRing, FileCheck, Reader, faults, files_are_records, \
     register, size_error
 from . import h5mpio
 from .hints import file_hints, mpi_info
@@ -101,13 +101,16 @@ from .reads import plan_reads
 from .nodeshare import NodeShare
 
 __all__ = ["CoordinatedReader", "MECHANISMS", "HDF5_PATHS", "MAX_MPI_FILES",
-           "request_bounds"]
+           "request_bounds", "steady_steps", "SIEVE_BELOW"]
 
 MECHANISMS = ("thread", "nonblocking", "sync")
 # how HDF5 files are read: raw MPI-IO at the index offsets, or HDF5's parallel I/O
 HDF5_PATHS = ("offsets", "mpio")
 MAX_MPI_FILES = 256
 SHARE_MIN_RECORD = 16 << 10
+# sieve (read through the holes into a staging buffer, then gather) only records smaller
+# than this on average: it saves a system call per record, and costs a copy of every byte
+SIEVE_BELOW = 16 << 10
 _OK = object()
 
 
@@ -125,6 +128,18 @@ class _Request:
         self.g, self.lo, self.hi, self.ids, self.off = g, lo, hi, ids, off
         self.union = None
         self.slot, self.pending, self.io_s, self.t0 = None, [], 0.0, 0.0
+
+
+def steady_steps(step_bytes, request_bytes):
+    """Steps per steady request: about ``request_bytes`` per rank, at least one step.
+
+    The prefetch ring holds ``prefetch + 1`` requests, so a request of a few steps keeps
+    the reads a few steps ahead, and no wait at a request's boundary is longer than one
+    such read. Larger requests buy nothing on their own: a rank's records in a shuffled
+    request are scattered whatever its size (a request of 53 MiB, as a density heuristic
+    once chose for global shuffles, made an epoch nearly all ramp and exposed each ramp
+    step's read), and they hold MPI's global lock longer in a blocking MPI-IO call."""
+    return max(1, int(round(float(request_bytes) / max(1.0, float(step_bytes)))))
 
 
 def request_bounds(steps, steady, first=1):
@@ -222,8 +237,7 @@ class CoordinatedReader(Reader):
     name = "coordinated"
 
     def __init__(self, dataset, comm, prefetch=2, collective: Auto = "auto",
-                 hints: dict = None, mechanism: MECHANISMS = "thread", group_bytes=8 << 20,
-                 max_request_bytes=64 << 20, threads=4, sieve_gap: int = None,
+                 hints: dict = None, mechanism: MECHANISMS = "thread", request_bytes=4 << 20, threads=4, sieve_gap: int = None,
                  sieve_ratio=3.0, willneed=True, shared: Auto = False, ramp=True,
                  hdf5: HDF5_PATHS = "offsets", **options):
         self.check(dataset, hdf5=hdf5)
@@ -249,9 +263,8 @@ class CoordinatedReader(Reader):
         if not self.collective:
             # our requests are already merged runs: sieving would only read the holes
             self.hints.setdefault("romio_ds_read", "disable")
-        self.group_bytes = int(group_bytes)
+        self.request_bytes = int(request_bytes)
         self.threads = max(1, int(threads))
-        self.max_request_bytes = int(max_request_bytes)
         self.sieve_ratio = float(sieve_ratio)
         self.willneed = bool(willneed)
         self.ramp = bool(ramp)
@@ -269,10 +282,9 @@ class CoordinatedReader(Reader):
         self._mean = max(1.0, dataset.nbytes() / max(1, dataset.records))
         self._base = np.zeros(len(idx.files), dtype=np.int64)  # files laid end to end
         np.cumsum(idx.file_bytes[:-1], out=self._base[1:])
-        # holes up to 32 KiB are read through rather than skipped: that pays for small
-        # records (many reads become few), not for ~100 KB ones, whose wider holes are
-        # skipped
-        self.sieve_gap = int(32 << 10 if sieve_gap is None else sieve_gap)
+        if sieve_gap is None:  # holes up to 32 KiB read through, for small records only
+            sieve_gap = 32 << 10 if self._mean < SIEVE_BELOW else 0
+        self.sieve_gap = int(sieve_gap)
         self._ring = BufferRing(self.prefetch + 1, slack=1.25, least=4096)
         self._stage = [None] * (self.prefetch + 1)
         self._fh = []
@@ -336,41 +348,9 @@ class CoordinatedReader(Reader):
                 "romio_ds_read", "ind_rd_buffer_size"))
 
     def _group_steps(self, plan):
-        """Steps per request. At least ``group_bytes`` per rank; then doubled, up to
-        ``max_request_bytes``, while that makes the requests markedly denser (the bytes a
-        request spans in the files / the bytes it needs): with ``chunk`` shuffling a
-        request that covers a whole mixing window spans that window once, instead of
-        every request spanning it. Agreed between the ranks (the largest wins)."""
-        B = plan.batch
-        per_step = B * self._mean
-        g0 = max(1, int(self.group_bytes // per_step))
-        gmax = max(g0, int(self.max_request_bytes // per_step))
-        idx = self.ds.index
-        pos = self._base[idx.file[plan.ids]] + idx.offset[plan.ids]
-        end = pos + idx.length[plan.ids]
-
-        def spread(G):
-            n = (len(pos) // (G * B)) * G * B
-            if n == 0:
-                return np.inf
-            a, b = pos[:n].reshape(-1, G * B), end[:n].reshape(-1, G * B)
-            return float((b.max(1) - a.min(1)).sum()) / max(1, int(b.sum() - a.sum()))
-
-        best, G, cand = spread(g0), g0, g0 * 2
-        while cand <= gmax and cand <= plan.steps:
-            r = spread(cand)
-            if r < 0.7 * best:
-                best, G = r, cand
-            cand *= 2
-        if self.comm.Get_size() > 1:
-            # the buffer call: mpi4py's pickle-based allreduce dups the communicator on
-            # first use while holding the GIL, which stalls this process's I/O threads
-            # inside their collective reads (and so the other ranks)
-            MPI = _mpi()
-            g = np.array([G], dtype=np.int64)
-            self.comm.Allreduce(MPI.IN_PLACE, g, op=MPI.MAX)
-            G = int(g[0])
-        return G
+        """Steps per steady request (:func:`steady_steps`): the same on every rank, since
+        it depends on the dataset's mean record and the batch only."""
+        return steady_steps(plan.batch * self._mean, self.request_bytes)
 
 
     # ---- the epoch ----------------------------------------------------------------
@@ -664,7 +644,8 @@ class CoordinatedReader(Reader):
     def _stage_buffer(self, slot, nbytes):
         buf = self._stage[slot]
         if buf is None or len(buf) < nbytes:
-            buf = self._stage[slot] = aligned_empty(max(int(nbytes * 1.25), 4096))
+            POOL.put(buf)
+            buf = self._stage[slot] = POOL.get(max(int(nbytes * 1.25), 4096))
         return buf
 
     def _read_filewise(self, r, buf):
@@ -750,7 +731,9 @@ class CoordinatedReader(Reader):
             except Exception:
                 pass
             self.comm = None
-        self._ring = BufferRing(self.prefetch + 1, slack=1.25, least=4096)
+        self._ring.clear()  # the buffers go back to the pool, for the next reader
+        for b in self._stage:
+            POOL.put(b)
         self._stage = [None] * (self.prefetch + 1)
 
 

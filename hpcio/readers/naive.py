@@ -43,6 +43,7 @@ class NaiveReader(Reader):
     """Per-sample reads through the format's library (see the module docstring)."""
 
     name = "naive"
+    maps_files = True
 
     def __init__(self, dataset, comm, access: ACCESS = "get", **options):
         super().__init__(dataset, comm, **options)

@@ -119,25 +119,30 @@ class ReadOnly:
 
     def __init__(self, prefetch=2):
         self.prefetch = max(0, int(prefetch))
-        self._runs = []
+        self._ring = [None] * (self.prefetch + 2)  # in queue + held by the trainer + filling
+        self._run = None
 
     def run(self, batches, epoch=0):
-        r = _ReadOnlyRun(iter(batches), self.prefetch)
-        self._runs.append(r)
-        return r
+        """The loader of one epoch. It reuses the buffers of the one before (closed here:
+        an epoch's batches are done with when the next epoch starts), so no epoch's
+        buffers outlive it and none are faulted in anew."""
+        self.close()
+        self._run = _ReadOnlyRun(iter(batches), self.prefetch, self._ring)
+        return self._run
 
     def close(self):
-        for r in self._runs:
-            r.close()
-        self._runs = []
+        if self._run is not None:
+            if not self._run.close():  # its thread goes on and may still fill a buffer
+                self._ring = [None] * len(self._ring)
+            self._run = None
 
 
 class _ReadOnlyRun:
-    def __init__(self, it, prefetch):
+    def __init__(self, it, prefetch, ring):
         self._q = queue.SimpleQueue()
         self._permits = threading.Semaphore(prefetch)
         self._halt = threading.Event()
-        self._ring = [None] * (prefetch + 2)  # in queue + held by the trainer + filling
+        self._ring = ring
         self._done = False
         self._thread = threading.Thread(target=self._load, args=(it,), daemon=True,
                                         name="hpcio-readonly")
@@ -204,5 +209,6 @@ class _ReadOnlyRun:
         self._done = True
         self._halt.set()
         self._permits.release()
-        if self._thread is not __import__("threading").current_thread():
+        if self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        return not self._thread.is_alive()

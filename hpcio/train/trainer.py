@@ -41,7 +41,7 @@ from ..measure.sampler import Sampler
 from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
 from ..mpiutil import on_root
 from ..plan import make_plan
-from ..readers import check_dataset, make_reader
+from ..readers import READERS, check_dataset, make_reader
 from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpoint
 from .dist import check_dist, init_world, make_dist, pick_device
 from .emulate import SPEC, ComputeTime, EmulatedModel, ReadOnly
@@ -289,9 +289,10 @@ def setup(args):
     if args.checkpoint_every:
         on_root(world.comm, lambda: claim_checkpoint_dir(ckpt_dir))
     ropts = reader_options(args)
-    # a cold epoch re-opens the reader after evicting: pages a live process has mapped
-    # (LMDB's mmap) stay in the page cache whatever fadvise or drop_caches say
-    reopen = args.cache == "cold" and args.reader != "memory"
+    # a cold epoch re-opens a reader that maps the files after evicting: pages a live
+    # process has mapped (LMDB's mmap) stay in the page cache whatever fadvise or
+    # drop_caches say; the others keep their buffers and threads across epochs
+    reopen = args.cache == "cold" and READERS[args.reader].maps_files
 
     wd.mark("the gradient exchange's set-up (collectives)")
     dist = make_dist(dist_name, world, device)
@@ -373,7 +374,7 @@ def train(run):
             if reader is None:
                 reader = make_reader(args.reader, run.ds, world.comm, **run.reader_options)
             plan = plan_of(epoch)
-            if not run.reopen and epoch + 1 < args.epochs:  # the same reader goes on
+            if args.cache != "cold" and epoch + 1 < args.epochs:  # the files stay as they are
                 reader.preload(plan_of(epoch + 1))
             reader.mark_cache()  # page-cache residency before and after: cache_gained_bytes
             before = counters(reader)
