@@ -89,9 +89,32 @@ def sequential_read(paths, cold=True):
     return time.perf_counter() - t, total
 
 
-def train(a, ds, reader, compute, out, shuffle):
+def cpu_faults(out):
+    """CPU seconds (user + system) of every rank's epochs, summed, the records they
+    delivered, and the minor faults per epoch and rank (median): what the reader and the
+    loader cost the node's cores."""
+    cpu, records, faults = 0.0, 0, []
+    for f in sorted(os.listdir(out)):
+        if f.startswith("rank-") and f.endswith(".json"):
+            with open(os.path.join(out, f)) as fh:
+                rank = json.load(fh)
+            records += rank["summary"]["all"]["records"]
+            for e in rank["epochs"]:
+                ru = e["counters"]["rusage"]
+                cpu += ru["utime"] + ru["stime"]
+                faults.append(ru["minflt"])
+    return cpu, records, statistics.median(faults) if faults else 0
+
+
+def busy_loop():
+    """One process spinning on a core beside the run, as other work on a shared node."""
+    return subprocess.Popen([sys.executable, "-c", "while 1: pass"])
+
+
+def train(a, ds, reader, compute, out, shuffle, ranks=None, load="quiet"):
     name, *opts = reader.split(":")
-    cmd = [launcher(), "-n", str(a.ranks), sys.executable, "-m", "hpcio.train",
+    ranks = ranks or a.ranks[0]
+    cmd = [launcher(), "-n", str(ranks), sys.executable, "-m", "hpcio.train",
            "--data", ds.root, "--model", "emulate", "--compute-time", f"{compute:.6f}",
            "--reader", name, "--cache", "cold", "--batch", str(a.batch),
            "--epochs", str(a.epochs), "--shuffle", shuffle, "--out", out,
@@ -102,14 +125,23 @@ def train(a, ds, reader, compute, out, shuffle):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     quiet = wait_quiet(a.wait_quiet, cpu=0.25) if a.wait_quiet else None
     l0 = loadavg()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    hog = busy_loop() if load == "busy" else None
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
     if p.returncode:
         raise HpcioError(f"{reader} run failed ({p.returncode}): "
                          f"{(p.stderr.strip().splitlines() or ['?'])[-1]}")
     with open(os.path.join(out, "summary.json")) as f:
         s = json.load(f)
     m = s["metrics"]
-    return {"reader": reader, "au": m["au_percent_all_steps"], "au_mlperf": m["au_percent"],
+    cpu, samples, faults = cpu_faults(out)
+    return {"reader": reader, "ranks": ranks, "load": load,
+            "cpu_ms_per_ksample": 1e6 * cpu / max(1, samples), "minflt_epoch": faults,
+            "au": m["au_percent_all_steps"], "au_mlperf": m["au_percent"],
             "first_wait": m["first_step_wait_s_mean"], "mib_s": m["mib_per_s"],
             "samples_s": m["samples_per_s"], "stall": m["stall_percent"],
             "fetch": m["fetch_percent"], "prep": m["prep_percent"],
@@ -141,7 +173,12 @@ def main(argv=None):
                    choices=("none", "global", "chunk"))
     p.add_argument("--wait-quiet", type=float, default=60.0, metavar="S",
                    help="before each run wait up to S s for idle CPUs and disks (0: no)")
-    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--ranks", type=int, nargs="+", default=[2],
+                   help="rank counts (the demand is sized for the largest)")
+    p.add_argument("--loads", nargs="+", default=["quiet"], choices=("quiet", "busy"),
+                   help="busy: one busy-loop process runs beside each run")
+    p.add_argument("--encoding", default="raw", choices=("raw", "jpeg"),
+                   help="records: raw 256x256x3 (192 KiB) or JPEG (~108 KiB, the demo's)")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.5, 0.8])
     p.add_argument("--readers", nargs="+", default=["naive", "coordinated"],
                    help="readers, each NAME or NAME:key=value:... (reader options)")
@@ -153,11 +190,11 @@ def main(argv=None):
 
     from hpcio.data.write import generate
     os.makedirs(a.dir, exist_ok=True)
-    data = os.path.join(a.dir, f"imagenet-{a.format}-raw-{a.records}")
+    data = os.path.join(a.dir, f"imagenet-{a.format}-{a.encoding}-{a.records}")
     if not is_dataset(data):
         print(f"generating {data} ...", flush=True)
         generate(data, preset="imagenet", records=a.records, format=a.format,
-                 encoding="raw", shards=2, seed=0, force=True)
+                 encoding=a.encoding, shards=2, seed=0, force=True)
     ds = open_dataset(data)
     rec = ds.nbytes() / ds.records
 
@@ -172,64 +209,81 @@ def main(argv=None):
     print(f"cold sequential read: {BW / 2 ** 20:.0f} MiB/s (median of {len(bw)}: "
           f"{', '.join(f'{b / 2 ** 20:.0f}' for b in bw)}); warm {warm_n / warm_t / 2 ** 20:.0f} MiB/s")
 
-    step_bytes = a.ranks * a.batch * rec
+    step_bytes = max(a.ranks) * a.batch * rec
     compute = {f: step_bytes / (f * BW) for f in a.fractions}
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    points = [(sh, f, n, ld) for sh in a.shuffles for f in a.fractions for n in a.ranks
+              for ld in a.loads]
     results = []
     for rep in range(a.repeats):
-        for sh in a.shuffles:
-            for f in a.fractions:
-                readers = a.readers if rep % 2 == 0 else list(reversed(a.readers))
-                for r in readers:
-                    tag = r.replace(":", "-").replace("=", "")
-                    out = os.path.join(a.dir, f"{stamp}-{sh}-f{f}-{tag}-{rep}")
-                    res = train(a, ds, r, compute[f], out, sh)
-                    res.update(fraction=f, compute_s=compute[f], repeat=rep, shuffle=sh)
-                    results.append(res)
-                    print(f"  {sh:<6} f={f:.2f} {r:<12} AU {res['au']:5.1f}% (MLPerf "
-                          f"{res['au_mlperf']:5.1f}%)  first-step wait "
-                          f"{res['first_wait']:.3f} s  {res['mib_s']:7.1f} MiB/s  "
-                          f"stall {res['stall']:5.1f}%  "
-                          f"idle before: cpu {res['idle_cpu_busy'] or 0:.2f} disk "
-                          f"{res['idle_disk_mib_s'] or 0:.1f} MiB/s"
-                          + ("" if res["quiet"] else "  (not quiet: left out)"), flush=True)
+        for sh, f, n, ld in points:
+            readers = a.readers if rep % 2 == 0 else list(reversed(a.readers))
+            for r in readers:
+                tag = r.replace(":", "-").replace("=", "")
+                out = os.path.join(a.dir, f"{stamp}-{sh}-f{f}-n{n}-{ld}-{tag}-{rep}")
+                res = train(a, ds, r, compute[f], out, sh, n, ld)
+                res.update(fraction=f, compute_s=compute[f], repeat=rep, shuffle=sh)
+                results.append(res)
+                print(f"  {sh:<6} f={f:.2f} n={n} {ld:<5} {r:<12} AU {res['au']:5.1f}% "
+                      f"(MLPerf {res['au_mlperf']:5.1f}%)  {res['samples_s']:7.0f} "
+                      f"samples/s  stall {res['stall']:5.1f}%  CPU "
+                      f"{res['cpu_ms_per_ksample']:6.0f} ms/1k samples  faults/epoch "
+                      f"{res['minflt_epoch']:6.0f}"
+                      + ("" if res["quiet"] or ld == "busy" else "  (not quiet: left out)"),
+                      flush=True)
 
-    lines = ["", f"emulated training, {a.ranks} ranks, batch {a.batch}/rank, "
-             f"{a.epochs} epochs, cold cache before each, {a.format} raw 192 KiB records; "
-             f"storage BW (cold sequential) {BW / 2 ** 20:.0f} MiB/s; median of "
-             f"{a.repeats} interleaved runs",
-             f"{'shuffle':<7} {'demand':>6} {'compute/step':>12} {'reader':<22} "
-             f"{'AU % every step':>20} {'AU % MLPerf':>11} {'1st wait s':>10} "
-             f"{'MiB/s':>8} {'stall %':>8} {'fetch %':>8} {'runs':>4}"]
+    lines = ["", f"emulated training, batch {a.batch}/rank, {a.epochs} epochs, cold cache "
+             f"before each, {a.format} {a.encoding} records of {rec / 1024:.0f} KiB; storage "
+             f"BW (cold sequential) {BW / 2 ** 20:.0f} MiB/s; demand f: {max(a.ranks)} "
+             f"rank(s) ask for f x BW; busy: one busy-loop process beside the run; median "
+             f"(min-max) of {a.repeats} interleaved runs",
+             f"{'shuffle':<7} {'demand':>6} {'compute/step':>12} {'ranks':>5} {'load':<5} "
+             f"{'reader':<22} {'AU % every step':>20} {'AU % MLPerf':>11} {'1st wait s':>10} "
+             f"{'samples/s':>9} {'MiB/s':>8} {'stall %':>8} {'CPU ms/1k':>9} "
+             f"{'faults/ep':>9} {'runs':>4}"]
     table = []
+    for sh, f, n, ld in points:
+        for r in a.readers:
+            every = [x for x in results if x["fraction"] == f and x["reader"] == r
+                     and x["shuffle"] == sh and x["ranks"] == n and x["load"] == ld]
+            # runs that began while other jobs used the CPUs or disks are left out
+            rs = [x for x in every if x["quiet"] or ld == "busy"] or every
+            au, lo, hi = _med([x["au"] for x in rs])
+            med = {k: statistics.median(x[k] for x in rs) for k in (
+                "au_mlperf", "first_wait", "mib_s", "samples_s", "stall", "fetch",
+                "cpu_ms_per_ksample", "minflt_epoch")}
+            row = {"shuffle": sh, "fraction": f, "compute_s": compute[f], "ranks": n,
+                   "load": ld, "reader": r, "runs": len(rs),
+                   "runs_left_out": len(every) - len(rs), "au_median": au, "au_min": lo,
+                   "au_max": hi, **{k + "_median": v for k, v in med.items()}}
+            table.append(row)
+            lines.append(f"{sh:<7} {f * 100:5.0f}% {compute[f] * 1e3:9.2f} ms {n:>5} {ld:<5} "
+                         f"{r:<22} {au:8.1f} ({lo:.1f}-{hi:.1f}) {med['au_mlperf']:11.1f} "
+                         f"{med['first_wait']:10.3f} {med['samples_s']:9.0f} "
+                         f"{med['mib_s']:8.1f} {med['stall']:8.1f} "
+                         f"{med['cpu_ms_per_ksample']:9.0f} {med['minflt_epoch']:9.0f} "
+                         f"{len(rs):>4}")
+    base, others = a.readers[0], a.readers[1:]
+    for sh, f, n, ld in points:
+        for r in others:
+            pairs = [(x, y) for x in results for y in results
+                     if x["repeat"] == y["repeat"] and x["reader"] == r and y["reader"] == base
+                     and all(x[k] == y[k] == v for k, v in (("shuffle", sh), ("fraction", f),
+                                                             ("ranks", n), ("load", ld)))]
+            if not pairs:
+                continue
+            sp = _med([x["samples_s"] / y["samples_s"] for x, y in pairs])
+            cp = _med([x["cpu_ms_per_ksample"] / y["cpu_ms_per_ksample"] for x, y in pairs])
+            lines.append(f"{sh:<7} {f * 100:3.0f}% n={n} {ld:<5} {r} / {base}: samples/s "
+                         f"{sp[0]:.2f}x ({sp[1]:.2f}-{sp[2]:.2f}), CPU per sample "
+                         f"{cp[0]:.2f}x ({cp[1]:.2f}-{cp[2]:.2f})")
     for sh in a.shuffles:
-        for f in a.fractions:
-            for r in a.readers:
-                every = [x for x in results if x["fraction"] == f and x["reader"] == r
-                         and x["shuffle"] == sh]
-                # runs that began while other jobs used the CPUs or disks are left out
-                rs = [x for x in every if x["quiet"]] or every
-                au, lo, hi = _med([x["au"] for x in rs])
-                row = {"shuffle": sh, "fraction": f, "compute_s": compute[f], "reader": r,
-                       "runs": len(rs), "runs_left_out": len(every) - len(rs),
-                       "au_median": au, "au_min": lo, "au_max": hi,
-                       "au_mlperf_median": statistics.median(x["au_mlperf"] for x in rs),
-                       "first_wait_median": statistics.median(x["first_wait"] for x in rs),
-                       "mib_s_median": statistics.median(x["mib_s"] for x in rs),
-                       "stall_median": statistics.median(x["stall"] for x in rs),
-                       "fetch_median": statistics.median(x["fetch"] for x in rs)}
-                table.append(row)
-                lines.append(f"{sh:<7} {f * 100:5.0f}% {compute[f] * 1e3:9.1f} ms {r:<22} "
-                             f"{au:8.1f} ({lo:.1f}-{hi:.1f}) {row['au_mlperf_median']:11.1f} "
-                             f"{row['first_wait_median']:10.3f} {row['mib_s_median']:8.1f} "
-                             f"{row['stall_median']:8.1f} {row['fetch_median']:8.1f} "
-                             f"{len(rs):>4}")
-    for sh in a.shuffles:
-        coord = [t for t in table if t["reader"] == "coordinated" and t["shuffle"] == sh]
+        coord = [t for t in table if t["reader"] == "coordinated" and t["shuffle"] == sh
+                 and t["load"] == "quiet"]
         if coord:
             ok = all(t["au_median"] >= a.target for t in coord)
             lines.append(f"target AU over every step >= {a.target:g}% for coordinated at "
-                         f"every demand ({sh} shuffle): {'met' if ok else 'NOT met'}")
+                         f"every demand ({sh} shuffle, quiet): {'met' if ok else 'NOT met'}")
     print("\n".join(lines))
     if a.json:
         with open(a.json, "w") as fh:

@@ -293,7 +293,7 @@ class BufferPool:
         with self._lock:
             self._free.append(buf)
             if len(self._free) > self.keep:
-                self._free.remove(min(self._free, key=len))
+                del self._free[min(range(len(self._free)), key=lambda k: len(self._free[k]))]
 
     def clear(self):
         with self._lock:
