@@ -92,14 +92,14 @@ def heatmap(stall, title, path):
     ms = np.asarray(stall, float) * 1000
     top = max(float(ms.max()), 1e-3)
     floor = max(top * 1e-4, 1e-3)
-    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.35 * ms.shape[0]))
+    fig, ax = plt.subplots(figsize=(7, 1.6 + 0.35 * ms.shape[0]))
     im = ax.imshow(np.clip(ms, floor, top), aspect="auto", cmap="magma",
                    interpolation="nearest", norm=LogNorm(vmin=floor, vmax=top))
     ax.set_xlabel("step")
     ax.set_ylabel("rank")
     ax.set_yticks(range(ms.shape[0]))
     ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, label=f"stall ms (log scale; < {floor:.2g} drawn as it)")
+    fig.colorbar(im, ax=ax, label="stall ms (log)")
     return _save(fig, path)
 
 
