@@ -271,7 +271,8 @@ def _draw(a, out):
         series = _points(a, lambda f: f["stall_max_s"])
         if len({p[0] for pts in series.values() for p in pts}) > 1:
             models = {m["reader"]: m for m in a.models.values()}
-            made.append((fig.stall_vs_ranks(series, models, os.path.join(out, "stall-vs-ranks.png")),
+            made.append((fig.stall_vs_ranks(series, models,
+                                            os.path.join(out, "stall-vs-ranks.png")),
                          _fit_caption(a.models)))
             bw = _points(a, lambda f: f["mib_s"])
             made.append((fig.bandwidth(bw, a.storage_mibs, os.path.join(out, "bandwidth.png")),
