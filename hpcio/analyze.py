@@ -42,8 +42,10 @@ def build_parser():
                    help="put runs of several datasets (or storages) in the scaling part, "
                         "each its own series")
     p.add_argument("--storage-mibs", type=float, default=None, metavar="MIB_S",
-                   help="the storage's aggregate bandwidth for the model (default: the "
-                        "most any analysed run delivered, a lower bound)")
+                   help="the storage's aggregate bandwidth as measured (e.g. "
+                        "benchmarks/bench_pfs.py): drawn as the limit in bandwidth.png and "
+                        "bounding the model's predictions (default: no limit drawn; the "
+                        "model uses the most any analysed run delivered, a lower bound)")
     p.add_argument("--no-drishti", action="store_true",
                    help="do not run drishti on the logs even when it is installed")
     return p

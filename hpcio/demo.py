@@ -91,7 +91,7 @@ def main(argv=None):
              "--shuffle", a.shuffle, "--cache", "cold"]
     if a.darshan:
         train += ["--darshan", a.darshan, "--darshan-dxt"]
-    note = ""
+    note, limit = "", []
     if a.model == "emulate":
         bw = sequential_mb_s(ds.paths)
         step_bytes = ranks[-1] * a.batch * ds.nbytes() / ds.records
@@ -101,6 +101,7 @@ def main(argv=None):
                 f"{compute * 1e3:.2f} ms per step: {ranks[-1]} rank(s) ask for "
                 f"{100 * a.demand:.0f}% of it")
         print(note, flush=True)
+        limit = ["--storage-mibs", f"{bw * 1e6 / 2 ** 20:.1f}"]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     summaries, runs = {}, []
     for n in ranks:
@@ -119,7 +120,7 @@ def main(argv=None):
           f"Run directories are under {os.path.join(a.workdir, 'runs')}.", flush=True)
     report = os.path.join(a.workdir, f"report-{stamp}")
     # exit code 1: the report is made, with the gaps in its input said above it
-    _run([sys.executable, "-m", "hpcio.analyze", *runs, "-o", report], ok=(0, 1))
+    _run([sys.executable, "-m", "hpcio.analyze", *runs, "-o", report, *limit], ok=(0, 1))
     print(f"\nWhy they differ, explained: {os.path.join(report, 'report.html')} "
           f"(and report.md)", flush=True)
     return 0

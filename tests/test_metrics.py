@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -103,7 +104,10 @@ def test_summarize_across_ranks():
     assert (s["slowest_rank"], s["fastest_rank"]) == (1, 0)
     assert s["slowest_over_fastest"] == pytest.approx(22 / 16)
     assert s["records"] == 96
+    # epoch time is one epoch's: the slowest rank's 13 s and 9 s, not their 22 s sum
+    assert s["epoch_s_mean"] == pytest.approx(11) and s["epoch_time_s_slowest"] == 22
     text = format_table(s, "title")
+    assert re.search(r"epoch time, slowest rank +11\.000 s \(mean over 2 epoch\(s\)\)", text)
     for label in ("AU % (every step)", "AU % (MLPerf Storage rule)", "first-step wait",
                   "first step of each epoch excluded", "samples/s (every step)", "rank 1"):
         assert label in text, label

@@ -7,6 +7,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from matplotlib.colors import LogNorm  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .model import predict  # noqa: E402
@@ -23,16 +24,24 @@ def _save(fig, path):
     return path
 
 
+def _ranged(ax, pts, color, label, fmt="o", floor=None):
+    """Medians with their range over repeats as error bars. pts: [(P, median, min, max)]."""
+    P, med, lo, hi = (np.array(c, float) for c in zip(*sorted(pts)))
+    if floor is not None:
+        med, lo, hi = (np.maximum(v, floor) for v in (med, lo, hi))
+    ax.errorbar(P, med, yerr=[med - lo, hi - med], fmt=fmt, color=color, capsize=3,
+                label=label)
+
+
 def stall_vs_ranks(series, models, path):
     """Stall per step (max over ranks) against P, log-log, per reader, with the model's
-    curve where it was fitted. series: {reader: [(P, stall_s)]}; models: {reader: model}."""
+    curve where it was fitted. series: {reader: [(P, median, min, max)]}; models:
+    {reader: model}."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    top = max(p for pts in series.values() for p, _ in pts)
+    top = max(p[0] for pts in series.values() for p in pts)
     for k, (reader, pts) in enumerate(sorted(series.items())):
         color = f"C{k}"
-        P = np.array([p for p, _ in pts], float)
-        s = np.maximum([s for _, s in pts], _FLOOR)
-        ax.plot(P, s, "o", color=color, label=f"{reader} (measured)")
+        _ranged(ax, pts, color, f"{reader} (measured)", floor=_FLOOR)
         m = models.get(reader) or {}
         if m.get("fitted"):
             grid = np.geomspace(1, max(1024, top), 200)
@@ -47,7 +56,7 @@ def stall_vs_ranks(series, models, path):
     ax.set_yscale("log")
     ax.set_xlabel("ranks P")
     ax.set_ylabel("stall per step, slowest rank (s)")
-    ax.set_title("Stall per step against ranks")
+    ax.set_title("Stall per step against ranks (steady state)")
     ax.legend(fontsize=7)
     return _save(fig, path)
 
@@ -77,45 +86,56 @@ def breakdown(rows, path):
 
 
 def heatmap(stall, title, path):
-    """Rank x step stall (ms) of one run."""
-    fig, ax = plt.subplots(figsize=(7, 1.2 + 0.35 * stall.shape[0]))
-    im = ax.imshow(stall * 1000, aspect="auto", cmap="magma", interpolation="nearest")
+    """Rank x step stall (ms) of one run, on a log colour scale: a start-up spike on a
+    linear one would leave every other step the same colour. Stalls below the scale's
+    floor (1/10,000 of the largest, or 1 us) take the floor's colour."""
+    ms = np.asarray(stall, float) * 1000
+    top = max(float(ms.max()), 1e-3)
+    floor = max(top * 1e-4, 1e-3)
+    fig, ax = plt.subplots(figsize=(7, 1.6 + 0.35 * ms.shape[0]))
+    im = ax.imshow(np.clip(ms, floor, top), aspect="auto", cmap="magma",
+                   interpolation="nearest", norm=LogNorm(vmin=floor, vmax=top))
     ax.set_xlabel("step")
     ax.set_ylabel("rank")
-    ax.set_yticks(range(stall.shape[0]))
+    ax.set_yticks(range(ms.shape[0]))
     ax.set_title(title, fontsize=9)
-    fig.colorbar(im, ax=ax, label="stall ms")
+    fig.colorbar(im, ax=ax, label="stall ms (log)")
     return _save(fig, path)
 
 
 def bandwidth(series, limit, path):
-    """Aggregate MiB/s delivered against P, per reader, with the storage limit (MiB/s)."""
+    """Aggregate MiB/s delivered against P, per reader (series: {reader: [(P, median,
+    min, max)]}), with the storage's limit (MiB/s) when one was measured and given; else
+    none, and the plot says so."""
     fig, ax = plt.subplots(figsize=(6.4, 4))
     for k, (reader, pts) in enumerate(sorted(series.items())):
-        pts = sorted(pts)
-        ax.plot([p for p, _ in pts], [v for _, v in pts], "o-", color=f"C{k}", label=reader)
+        _ranged(ax, pts, f"C{k}", reader, fmt="o-")
     if limit:
-        ax.axhline(limit, color="grey", ls="--", label=f"storage limit {limit:,.0f} MiB/s")
+        ax.axhline(limit, color="grey", ls="--",
+                   label=f"storage limit {limit:,.0f} MiB/s (given)")
+    else:
+        ax.text(0.02, 0.98, "no storage limit drawn: none given (--storage-mibs)",
+                transform=ax.transAxes, fontsize=7, va="top", color="grey")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("ranks P")
-    ax.set_ylabel("MiB/s delivered (all ranks)")
-    ax.legend(fontsize=7)
+    ax.set_ylabel("MiB/s delivered, all ranks (every step)")
+    ax.legend(fontsize=7, loc="lower right")
     return _save(fig, path)
 
 
 def os_counters(series, path):
     """Faults and context switches per sample against P, per reader.
-    series: {reader: [(P, majflt, minflt, ctx)]} (NaN where not recorded)."""
+    series: {"minflt" | "majflt" | "ctx": {reader: [(P, median, min, max)]}} (NaN where
+    not recorded)."""
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.4))
-    for k, (reader, pts) in enumerate(sorted(series.items())):
-        pts = sorted(pts)
-        P = [p[0] for p in pts]
-        for ax, j, label in zip(axes, (2, 1, 3), ("minor faults", "major faults",
-                                                  "context switches")):
-            ax.plot(P, [p[j] for p in pts], "o-", color=f"C{k}", label=reader)
-            ax.set_title(f"{label} per sample", fontsize=9)
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("ranks P")
+    for ax, key, label in zip(axes, ("minflt", "majflt", "ctx"),
+                              ("minor faults", "major faults", "context switches")):
+        for k, (reader, pts) in enumerate(sorted(series[key].items())):
+            _ranged(ax, pts, f"C{k}", reader, fmt="o-")
+        ax.set_title(f"{label} per sample", fontsize=9)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("ranks P")
+        ax.set_ylabel(f"{label} per sample (count)")
     axes[0].legend(fontsize=7)
     return _save(fig, path)
 

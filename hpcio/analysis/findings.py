@@ -31,7 +31,8 @@ class Rule:
     name: str
     source: str
     threshold: str
-    check: Callable[[dict, dict], Optional[tuple]]  # (figures, darshan figures) -> (what, advice)
+    check: Callable[[dict, dict, str], Optional[tuple]]  # (figures, darshan figures,
+    # reader) -> (what, advice): advice for that reader, never to become itself
 
 
 def _ok(*xs):
@@ -42,16 +43,20 @@ def _g(d, k):
     return d.get(k) if d else None
 
 
-def _small(f, d):
+def _small(f, d, reader):
     share, n = _g(d, "small_share"), _g(d, "small_reads")
     if _ok(share, n) and share > 0.10 and n > 1000:
         return (f"{n:,.0f} reads under 1 MiB, {100 * share:.0f}% of the POSIX reads (mean "
                 f"request {d['mean_request']:,.0f} B)",
-                "read larger requests: pack records into bigger files or read runs of "
-                "neighbouring records at once (the coordinated reader merges them)")
+                "read larger requests: pack records into bigger files, " + (
+                    "shuffle by chunk (--shuffle chunk) so that a rank's records are "
+                    "neighbours the reader merges, or raise --reader-option group_bytes"
+                    if reader == "coordinated" else
+                    "or read runs of neighbouring records at once (the coordinated reader "
+                    "merges them)"))
 
 
-def _random(f, d):
+def _random(f, d, reader):
     share = _g(d, "random_share")
     if _ok(share) and share > 0.20 and d.get("reads", 0) > 0:
         return (f"{100 * share:.0f}% of {d['reads']:,.0f} POSIX reads at a lower offset "
@@ -60,21 +65,21 @@ def _random(f, d):
                 "before reading")
 
 
-def _misaligned(f, d):
+def _misaligned(f, d, reader):
     share = _g(d, "misaligned_share")
     if _ok(share) and share > 0.10:
         return (f"{100 * share:.0f}% of POSIX operations not aligned to the file system's "
                 f"block", "align records (or the requests) to the file system's block size")
 
 
-def _imbalance(f, d):
+def _imbalance(f, d, reader):
     x = _g(d, "rank_bytes_imbalance")
     if _ok(x) and x > 0.30:
         return (f"the ranks' read bytes differ by {100 * x:.0f}% of the largest",
                 "give every rank the same bytes per step (balanced shards or records)")
 
 
-def _straggler_files(f, d):
+def _straggler_files(f, d, reader):
     x = _g(d, "straggler_share")
     if _ok(x) and x > 0.15:
         return (f"on a file read by several ranks the slowest rank's read time is "
@@ -83,7 +88,7 @@ def _straggler_files(f, d):
                 "striping over more servers)")
 
 
-def _collective(f, d):
+def _collective(f, d, reader):
     coll, indep = _g(d, "mpiio_coll_reads"), _g(d, "mpiio_indep_reads")
     if _ok(coll, indep) and coll == 0 and indep > 1000:
         return (f"{indep:,.0f} independent MPI-IO reads and no collective one",
@@ -91,33 +96,50 @@ def _collective(f, d):
                 "nodes")
 
 
-def _metadata(f, d):
+def _metadata(f, d, reader):
     x = _g(d, "meta_s_rank_max")
     if _ok(x) and x > 30:
         return (f"{x:.1f} s of metadata operations on one rank",
                 "open fewer files (pack them) or keep them open across epochs")
 
 
-def _stall(f, d):
-    x = _g(f, "stall_pct")
+def _stall(f, d, reader):
+    x = _g(f, "stall_pct_steady")
     if _ok(x) and x > 10:
-        fetch, prep = f["fetch_pct"], f["prep_pct"]
-        advice = ("the reader is the bottleneck: prefetch further ahead and read in larger "
-                  "requests (the coordinated reader), or faster storage"
-                  if fetch >= prep else
-                  "preprocessing is the bottleneck: more --threads, or preprocess offline")
-        return (f"stall {x:.1f}% of the step (fetch {fetch:.1f}%, prep {prep:.1f}%), "
-                f"{1000 * f['stall_max_s']:.1f} ms per step on the slowest rank", advice)
+        fetch, prep = f["fetch_pct_steady"], f["prep_pct_steady"]
+        if fetch < prep:
+            advice = "preprocessing is the bottleneck: more --threads, or preprocess offline"
+        elif reader == "coordinated":
+            advice = ("the reader is the bottleneck: more requests in flight "
+                      "(--reader-prefetch), larger requests (--reader-option group_bytes=...), "
+                      "or faster storage")
+        else:
+            advice = ("the reader is the bottleneck: prefetch further ahead and read in "
+                      "larger requests (the coordinated reader), or faster storage")
+        return (f"steady-state stall {x:.1f}% of the step (fetch {fetch:.1f}%, prep "
+                f"{prep:.1f}%), {1000 * f['stall_max_s']:.1f} ms per step on the slowest "
+                f"rank", advice)
 
 
-def _au(f, d):
+def _startup(f, d, reader):
+    every, steady = _g(f, "stall_pct"), _g(f, "stall_pct_steady")
+    if _ok(every, steady) and every - steady > 10:
+        return (f"stall {every:.1f}% over every step against {steady:.1f}% without each "
+                f"epoch's first step: waits for an epoch's first batch of up to "
+                f"{f['first_wait_s']:.3f} s",
+                "start-up weighs on these short epochs: longer epochs amortise it"
+                + ("; with --cache warm or asis the reader reads the next epoch's first "
+                   "requests while the current one ends" if reader == "coordinated" else ""))
+
+
+def _au(f, d, reader):
     x = _g(f, "au_pct")
     if _ok(x) and x < 90:
         return (f"AU {x:.1f}% (MLPerf Storage passes at 90%)",
                 "see the stall finding: the accelerator waits for data")
 
 
-def _coverage(f, d):
+def _coverage(f, d, reader):
     x = _g(d, "coverage")
     if _ok(x) and x < 0.5:
         os_ = f.get("os") or {}
@@ -127,11 +149,12 @@ def _coverage(f, d):
         return (f"Darshan saw {100 * x:.1f}% of the {f['delivered_bytes']:,.0f} bytes the "
                 f"reader delivered{extra}: memory-mapped reads are invisible to it",
                 "judge this reader's I/O by the run's own counters (stall, faults, Table C), "
-                "not by its Darshan log; or read with pread/MPI-IO (the coordinated reader), "
-                "which Darshan traces")
+                "not by its Darshan log" + ("" if reader == "coordinated" else
+                                            "; or read with pread/MPI-IO (the coordinated "
+                                            "reader), which Darshan traces"))
 
 
-def _stragglers(f, d):
+def _stragglers(f, d, reader):
     x = _g(f, "straggler_ratio")
     if _ok(x) and x > 1.15:
         return (f"the slowest rank's step takes {x:.2f}x the median rank's (median over "
@@ -139,14 +162,15 @@ def _stragglers(f, d):
                            "heatmap); balance the data or the node's load")
 
 
-def _amplification(f, d):
+def _amplification(f, d, reader):
     x = _g(d, "coverage")
     if _ok(x) and x > 2:
         return (f"the library read {x:.1f}x the bytes delivered ({d['mean_request']:,.0f} B "
                 f"per POSIX read)",
                 "read only the records' bytes: a layout whose records fill whole requests "
-                "(HDF5: turn the sieve buffer down or chunk by record; the coordinated "
-                "reader reads at the index's offsets)")
+                "(HDF5: turn the sieve buffer down or chunk by record" + (
+                    "" if reader == "coordinated" else
+                    "; the coordinated reader reads at the index's offsets") + ")")
 
 
 RULES = [
@@ -158,7 +182,9 @@ RULES = [
          _straggler_files),
     Rule("no collective reads", "Drishti", "0 collective past 1,000 MPI-IO reads", _collective),
     Rule("metadata time", "Drishti", "> 30 s per rank", _metadata),
-    Rule("stall", "training", "> 10% of the step", _stall),
+    Rule("stall", "training", "> 10% of the step, steady state", _stall),
+    Rule("start-up", "training", "every-step stall > steady-state stall + 10 points",
+         _startup),
     Rule("AU", "training", "< 90%", _au),
     Rule("coverage", "training", "Darshan sees < 50% of the bytes delivered", _coverage),
     Rule("stragglers", "training", "max/median rank step time > 1.15", _stragglers),
@@ -174,7 +200,7 @@ def findings(runs, figures):
         if not f:
             continue
         for rule in RULES:
-            hit = rule.check(f, f.get("darshan"))
+            hit = rule.check(f, f.get("darshan"), run.config.get("reader", "?"))
             if hit:
                 out.append(Finding(run.name, rule.name, rule.source, *hit))
     return out

@@ -2,8 +2,9 @@
 
 :func:`analyse` joins the runs' own figures (Table A, C) with what Darshan saw (Table B),
 fits the scaling model per reader and storage (:mod:`hpcio.analysis.model`), applies the
-rules (:mod:`hpcio.analysis.findings`) and answers, for every rank count where the baseline
-reader ran beside another, why one stalls and the other does not. :func:`write` renders
+rules (:mod:`hpcio.analysis.findings`) and compares, for every rank count where the
+baseline reader ran beside another, which of them stalls more and why
+(:mod:`hpcio.analysis.verdict`: medians and ranges over repeats). :func:`write` renders
 that into ``report.md``, a self-contained ``report.html`` (figures inline), one CSV per
 table, the PNGs and ``summary.json``, all inside the report directory.
 """
@@ -15,7 +16,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 
@@ -23,6 +24,7 @@ from . import figures as fig
 from .findings import RULES, drishti, findings
 from .model import scaling
 from .tables import run_figures, table_a, table_b, table_c
+from .verdict import Verdict, compare, heading, spread
 
 __all__ = ["Analysis", "analyse", "write", "FORMATS"]
 
@@ -36,12 +38,17 @@ class Analysis:
     tables: list
     models: Dict[str, dict]
     findings: list
-    answers: List[str]
+    comparisons: List[tuple]   # [(heading, [comparison])]: the readers' stall compared
     problems: List[str]
     notes: List[str]
     baseline: str
     scaled: list = field(default_factory=list)   # the runs in the scaling part
     drishti: Dict[str, str] = field(default_factory=dict)
+    storage_mibs: Optional[float] = None          # measured and given, or None
+
+    @property
+    def answers(self):
+        return [c["text"] for _, cs in self.comparisons for c in cs]
 
 
 def _storage(run):
@@ -100,7 +107,9 @@ def _models(scaled, figures, storage_mibs):
                     _limits([r for r in on if r.ranks < top], figures, storage_mibs),
                     compute, rest, bounded=bool(storage_mibs))
         m.update(reader=reader, dataset=ds, storage=st, b1=limits[0], bagg=limits[1],
-                 limits="given" if storage_mibs else "observed: lower bounds",
+                 limits="given (--storage-mibs)" if storage_mibs else
+                 "the most these runs delivered: lower bounds, not the storage's measured "
+                 "limits (--storage-mibs)",
                  bytes_step_rank=x, compute_s=compute,
                  cycle_s=(compute + rest) if storage_mibs else None)
         models[f"{reader} | {ds} | {st}" if multi else reader] = m
@@ -122,18 +131,15 @@ def _dxt_text(reader, d):
             f"waits and {d['dxt_overlapped_s']:.3f} s overlapped compute.")
 
 
-def _answer(base, other, fb, fo):
-    """Why one of two runs at the same P stalls and the other does not, in numbers from
-    hpcio (stall, fetch, AU, faults) and from Darshan (coverage, requests, DXT)."""
-    (worse, fw), (better, fbt) = sorted([(base, fb), (other, fo)],
-                                        key=lambda rf: -rf[1]["stall_max_s"])
+def _details(worse, better, fw, fbt):
+    """Why one of two runs stalls more in steady state, in numbers from hpcio (stall, fetch,
+    AU, faults) and from Darshan (coverage, requests, DXT)."""
     dw, dbt, ow = fw.get("darshan") or {}, fbt.get("darshan") or {}, fw.get("os") or {}
-    text = (f"**{worse.reader} vs {better.reader} at {worse.ranks} rank(s)** ({worse.name}, "
-            f"{better.name}): hpcio measured a stall of {fw['stall_pct']:.1f}% of the step for "
-            f"{worse.reader} ({1000 * fw['stall_max_s']:.1f} ms per step on the slowest rank, "
-            f"fetch {fw['fetch_pct']:.1f}%, AU {fw['au_pct']:.1f}%) against "
-            f"{fbt['stall_pct']:.1f}% for {better.reader} ({1000 * fbt['stall_max_s']:.1f} ms, "
-            f"AU {fbt['au_pct']:.1f}%).")
+    text = (f"In steady state {worse.reader} waited {1000 * fw['stall_max_s']:.1f} ms per step "
+            f"on the slowest rank (stall {fw['stall_pct_steady']:.1f}%, fetch "
+            f"{fw['fetch_pct_steady']:.1f}%, AU {fw['au_pct']:.1f}% by MLPerf Storage's rule; "
+            f"{worse.name}) against {1000 * fbt['stall_max_s']:.1f} ms for {better.reader} "
+            f"(AU {fbt['au_pct']:.1f}%; {better.name}).")
     cov = dw.get("coverage", float("nan"))
     if cov < 0.5:
         text += (f" Darshan saw {100 * cov:.1f}% of the {fw['delivered_bytes'] / 2 ** 20:,.1f}"
@@ -161,19 +167,50 @@ def _answer(base, other, fb, fo):
     return text
 
 
-def _answers(runs, figures, baseline):
-    out = []
+def _typical(rs, figures, key):
+    """The repeat whose figure is nearest the repeats' median: the one details are told of."""
+    med = np.median([figures[r.path][key] for r in rs])
+    return min(rs, key=lambda r: abs(figures[r.path][key] - med))
+
+
+def _comparison(ra, rb, figures):
+    """Two readers' repeats at one rank count compared: stall over every step and in steady
+    state, each a verdict from medians and ranges, and the numbers behind them."""
+    a, b, P = ra[0].reader, rb[0].reader, ra[0].ranks
+    vals = lambda rs, k: [figures[r.path][k] for r in rs]
+    every = compare(a, vals(ra, "stall_pct"), b, vals(rb, "stall_pct"))
+    steady = compare(a, vals(ra, "stall_pct_steady"), b, vals(rb, "stall_pct_steady"))
+    names = lambda rs: ", ".join(r.name for r in rs)
+    text = (f"**{a} vs {b} at {P} rank(s)** ({names(ra)}; {names(rb)}): over every step (the "
+            f"definition of the runs' summary.json and console), {every.text}. In steady "
+            f"state (each epoch's first step left out), {steady.text}.")
+    if every.more != steady.more:
+        wa, wb = (float(np.median(vals(rs, "first_wait_s"))) for rs in (ra, rb))
+        text += (f" The epochs' first steps make the difference: the first batch waited up "
+                 f"to {wa:.3f} s for {a} and {wb:.3f} s for {b}.")
+    worse, better = (ra, rb) if steady.more in (None, a) else (rb, ra)
+    w, bt = (_typical(rs, figures, "stall_pct_steady") for rs in (worse, better))
+    text += " " + _details(w, bt, figures[w.path], figures[bt.path])
+    return {"readers": [a, b], "ranks": P, "every_step": asdict(every),
+            "steady": asdict(steady), "text": text}
+
+
+def _comparisons(runs, figures, baseline):
+    """[(heading, [comparison])] for every other reader that ran beside the baseline at
+    the same rank count on the same data; the heading is one that every verdict under it
+    bears out."""
     by = {}
     for r in runs:
         if figures.get(r.path):
-            by.setdefault((_series(r), r.ranks), []).append(r)
-    for key, rs in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        base = [r for r in rs if r.config.get("reader") == baseline]
-        others = [r for r in rs if r.config.get("reader") != baseline]
-        if base and others:
-            for o in others:
-                out.append(_answer(base[0], o, figures[base[0].path], figures[o.path]))
-    return out
+            by.setdefault((_series(r), r.ranks), {}).setdefault(r.reader, []).append(r)
+    pairs = {}
+    for _, readers in sorted(by.items()):
+        for ka, ra in readers.items():
+            for kb, rb in readers.items():
+                if ra[0].config.get("reader") == baseline != rb[0].config.get("reader"):
+                    pairs.setdefault((ka, kb), []).append(_comparison(ra, rb, figures))
+    return [(heading([Verdict(**v[k]) for v in cs for k in ("every_step", "steady")], a, b),
+             cs) for (a, b), cs in sorted(pairs.items())]
 
 
 def analyse(runs, problems=(), notes=(), baseline="naive", allow_mixed=False,
@@ -186,7 +223,8 @@ def analyse(runs, problems=(), notes=(), baseline="naive", allow_mixed=False,
     tables = [table_a(scaled, figures), table_b(runs, figures), table_c(runs, figures)]
     models = _models(scaled, figures, storage_mibs)
     a = Analysis(runs, figures, tables, models, findings(runs, figures),
-                 _answers(runs, figures, baseline), problems, notes, baseline, scaled)
+                 _comparisons(runs, figures, baseline), problems, notes, baseline, scaled,
+                 storage_mibs=storage_mibs)
     if drishti_dir:
         for r in runs:
             for log in r.logs:
@@ -200,6 +238,29 @@ def analyse(runs, problems=(), notes=(), baseline="naive", allow_mixed=False,
 # --- figures ---------------------------------------------------------------------------
 
 
+def _points(a, get):
+    """{reader: [(P, median, min, max)]} of one figure over each point's repeats."""
+    by = {}
+    for r in a.scaled:
+        f = a.figures.get(r.path)
+        if f:
+            by.setdefault(r.reader, {}).setdefault(r.ranks, []).append(get(f))
+    return {rd: [(P, *spread(v)) for P, v in sorted(ps.items())] for rd, ps in by.items()}
+
+
+def _fit_caption(models):
+    """What the stall figure's lines are: the fits drawn, and why any is missing."""
+    fitted = sorted(m["reader"] for m in models.values() if m.get("fitted"))
+    missing = {m["reader"]: m["why"] for m in models.values() if not m.get("fitted")}
+    text = ("Stall per step (slowest rank, steady state) against ranks: median and range "
+            "over repeats")
+    if fitted:
+        text += f"; lines: the model's fit for {', '.join(fitted)}"
+    if missing:
+        text += "; no fit for " + "; ".join(f"{r} ({w})" for r, w in sorted(missing.items()))
+    return text
+
+
 def _draw(a, out):
     """The PNGs: [(file name, caption)]."""
     made = []
@@ -207,34 +268,34 @@ def _draw(a, out):
     if rows:
         key = lambda r: f"{r['reader']}" if len({x['dataset'] for x in rows}) == 1 \
             else f"{r['reader']} {r['dataset']}"
-        series, bw, osc = {}, {}, {}
-        for r in a.scaled:
-            f = a.figures.get(r.path)
-            if not f:
-                continue
-            series.setdefault(r.reader, []).append((r.ranks, f["stall_max_s"]))
-            bw.setdefault(r.reader, []).append((r.ranks, f["mib_s"]))
-            o = f.get("os") or {}
-            osc.setdefault(r.reader, []).append(
-                (r.ranks, o.get("majflt", np.nan), o.get("minflt", np.nan),
-                 o.get("nvcsw", np.nan) + o.get("nivcsw", np.nan)))
-        if len({p for pts in series.values() for p, _ in pts}) > 1:
+        series = _points(a, lambda f: f["stall_max_s"])
+        if len({p[0] for pts in series.values() for p in pts}) > 1:
             models = {m["reader"]: m for m in a.models.values()}
-            made.append((fig.stall_vs_ranks(series, models, os.path.join(out, "stall-vs-ranks.png")),
-                         "Stall per step (slowest rank) against ranks, with the model's fit"))
-            limit = max((m["bagg"] for m in a.models.values()), default=0) / 2 ** 20
-            made.append((fig.bandwidth(bw, limit, os.path.join(out, "bandwidth.png")),
-                         "Aggregate MiB/s delivered against ranks; the line: the storage "
-                         "limit (given, or the most any run delivered)"))
+            made.append((fig.stall_vs_ranks(series, models,
+                                            os.path.join(out, "stall-vs-ranks.png")),
+                         _fit_caption(a.models)))
+            bw = _points(a, lambda f: f["mib_s"])
+            made.append((fig.bandwidth(bw, a.storage_mibs, os.path.join(out, "bandwidth.png")),
+                         "Aggregate MiB/s delivered (every step) against ranks: median and "
+                         "range over repeats; "
+                         + (f"the line: the storage's limit as given, {a.storage_mibs:,.0f} "
+                            f"MiB/s (--storage-mibs)" if a.storage_mibs else
+                            "no storage limit drawn: none was given (--storage-mibs MIB_S, "
+                            "the storage's measured bandwidth)")))
+            osc = {k: _points(a, lambda f, k=k: (f.get("os") or {}).get(k, np.nan))
+                   for k in ("minflt", "majflt")}
+            osc["ctx"] = _points(a, lambda f: (f.get("os") or {}).get("nvcsw", np.nan)
+                                 + (f.get("os") or {}).get("nivcsw", np.nan))
             made.append((fig.os_counters(osc, os.path.join(out, "os-counters.png")),
-                         "Faults and context switches per sample against ranks"))
+                         "Page faults and context switches per sample delivered against "
+                         "ranks (all ranks, all epochs): median and range over repeats"))
         made.append((fig.breakdown(
             [{"reader": key(r), "ranks": r["ranks"], "compute_s": r["compute_s"],
               "fetch_s": r["fetch_s"], "prep_s": r["prep_s"],
               "other_s": r["stall_other_s"] + r["rest_s"]} for r in rows],
             os.path.join(out, "breakdown.png")),
-            "Seconds per step by P: compute, the wait for the reader (exposed fetch), "
-            "preprocessing, the rest"))
+            "Seconds per step by P (steady state, medians over repeats): compute, the wait "
+            "for the reader (exposed fetch), preprocessing, the rest"))
     worst = max((r for r in a.runs if a.figures.get(r.path)),
                 key=lambda r: (a.figures[r.path]["stall_max_s"], r.ranks), default=None)
     if worst is not None:
@@ -242,7 +303,8 @@ def _draw(a, out):
         stall = s["fetch"] + s["prep"] + s["stall_other"]
         made.append((fig.heatmap(stall, f"stall per rank and step: {worst.name}",
                                  os.path.join(out, "heatmap.png")),
-                     f"Rank x step stall of the run that stalls most ({worst.name})"))
+                     f"Rank x step stall of the run that stalls most ({worst.name}); "
+                     f"log colour scale"))
     traced = [r for r in a.runs if r.logs and len(r.logs[0].dxt) and a.figures.get(r.path)
               and all(i and "origin_unix" in i for i in r.rank_info)]
     if traced:  # the run that stalls most, and the one whose traced reads took longest
@@ -277,13 +339,21 @@ def _dxt_figure(run, path):
 # --- rendering -------------------------------------------------------------------------
 
 
-def _cell(v, spec):
+def _one(v, spec):
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     try:
         return spec.format(v)
     except (ValueError, TypeError):
         return str(v)
+
+
+def _cell(row, key, spec):
+    """A table cell: the value, and its range over repeats where the row has one."""
+    text = _one(row.get(key), spec)
+    if f"{key}_min" in row and text != "-":
+        text += f" ({_one(row[key + '_min'], spec)}-{_one(row[key + '_max'], spec)})"
+    return text
 
 
 def _blocks(a, pngs):
@@ -295,9 +365,8 @@ def _blocks(a, pngs):
                "hpcio.analysis.model (scaling model).")]
     if a.problems:
         b += [("h", "Gaps in the input"), ("ul", a.problems)]
-    if a.answers:
-        b += [("h", f"Why {a.baseline} stalls and the other reader does not"),
-              ("ul", a.answers)]
+    for title, cs in a.comparisons:
+        b += [("h", title), ("ul", [c["text"] for c in cs])]
     b.append(("h", "Scaling model"))
     if not a.models:
         b.append(("p", "No run with step records: nothing to fit."))
@@ -379,12 +448,12 @@ def _md(blocks):
         elif kind == "table":
             t = blk[1]
             head = [lbl for _, lbl, _ in t.columns]
-            rows = [[_cell(r.get(k), spec).replace("|", "/") for k, _, spec in t.columns]
+            rows = [[_cell(r, k, spec).replace("|", "/") for k, _, spec in t.columns]
                     for r in t.rows]
             out.append("\n".join(["| " + " | ".join(head) + " |",
                                   "|" + "---|" * len(head)]
                                  + ["| " + " | ".join(r) + " |" for r in rows])
-                       if rows else "(no rows)")
+                       if rows else t.empty)
     return "\n\n".join(out) + "\n"
 
 
@@ -416,10 +485,11 @@ def _html(blocks, out):
         elif kind == "table":
             t = blk[1]
             head = "".join(f"<th>{html.escape(lbl)}</th>" for _, lbl, _ in t.columns)
-            rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(k), spec))}</td>"
+            rows = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r, k, spec))}</td>"
                                             for k, _, spec in t.columns) + "</tr>"
                            for r in t.rows)
-            body.append(f"<table><tr>{head}</tr>{rows}</table>")
+            body.append(f"<table><tr>{head}</tr>{rows}</table>" if t.rows else
+                        f"<p>{html.escape(t.empty)}</p>")
     style = ("body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}"
              "table{border-collapse:collapse;font-size:12px;margin:.5em 0}"
              "td,th{border:1px solid #ccc;padding:2px 5px;text-align:right}"
@@ -473,6 +543,8 @@ def write(a, out, formats=FORMATS):
         files.append(os.path.join(out, "summary.json"))
         doc = {"runs": [r.path for r in a.runs], "baseline": a.baseline,
                "problems": a.problems, "notes": a.notes, "answers": a.answers,
+               "comparisons": [{"heading": h, "points": cs} for h, cs in a.comparisons],
+               "storage_mibs": a.storage_mibs,
                "models": a.models, "findings": [asdict(f) for f in a.findings],
                "tables": {t.name: t.rows for t in a.tables}, "drishti": a.drishti}
         with open(files[-1], "w") as f:

@@ -16,7 +16,6 @@ Every figure is a plain float (NaN: not measurable for that run), so the tables 
 Markdown, HTML and JSON alike.
 """
 
-import math
 from dataclasses import dataclass, field
 from typing import Dict, List
 
@@ -40,6 +39,7 @@ class Table:
     columns: List[tuple]      # (key, label, format)
     rows: List[Dict] = field(default_factory=list)
     note: str = ""
+    empty: str = "(no rows)"  # what the table says when it has no row
 
 
 def _nan(x):
@@ -51,39 +51,58 @@ def _nan(x):
 
 def run_figures(run):
     """One run's step figures (see the module docstring), from its (ranks, steps) arrays;
-    {} when it has none."""
+    {} when it has none. Two views, each named: *every step* is the definition of the run's
+    own summary.json and console table (:mod:`hpcio.measure.steps`), *steady* leaves each
+    epoch's first step (pipeline start-up) out, as MLPerf Storage's AU rule does."""
     s = run.steps
     if not s:
         return {}
     m = run.measured
-    stall = (s["fetch"] + s["prep"] + s["stall_other"])[:, m]
+    every = np.ones_like(m)
+    stall_all = s["fetch"] + s["prep"] + s["stall_other"]
+    stall = stall_all[:, m]
     wall, comp = s["wall"][:, m], s["compute"][:, m]
-    rank_wall = wall.sum(axis=1)
-    ok = rank_wall > 0
-    tot = wall.sum()
     step = wall.max(axis=0)
     med = np.median(wall, axis=0)
     ratio = np.divide(step, med, out=np.ones_like(step), where=med > 0)
-    pct = (lambda x: 100.0 * float(x.sum()) / tot) if tot else (lambda x: float("nan"))
+    first = s["step"][0] == 0
+
+    def pct(x, mask):
+        tot = s["wall"][:, mask].sum()
+        return 100.0 * float(x[:, mask].sum()) / tot if tot else float("nan")
+
+    def rate(x, mask):  # each rank's rate, summed over ranks (DLIO's throughput)
+        w = s["wall"][:, mask].sum(axis=1)
+        return float((x[:, mask].sum(axis=1)[w > 0] / w[w > 0]).sum())
+
+    def au(mask):  # compute / wall per rank, the mean over ranks
+        w = s["wall"][:, mask].sum(axis=1)
+        return 100.0 * float(np.mean(s["compute"][:, mask].sum(axis=1)[w > 0] / w[w > 0])) \
+            if (w > 0).any() else float("nan")
+
     return {
         "steps": int(m.sum()),
         "step_s_median": float(np.median(step)),
         "step_s_p95": float(np.percentile(step, 95)),
         "stall_max_s": float(stall.max(axis=0).mean()),
         "stall_mean_s": float(stall.mean()),
-        "stall_pct": pct(stall),
-        "fetch_pct": pct(s["fetch"][:, m]),
-        "prep_pct": pct(s["prep"][:, m]),
-        "stall_other_pct": pct(s["stall_other"][:, m]),
+        "stall_pct": pct(stall_all, every),
+        "fetch_pct": pct(s["fetch"], every),
+        "prep_pct": pct(s["prep"], every),
+        "stall_other_pct": pct(s["stall_other"], every),
+        "stall_pct_steady": pct(stall_all, m),
+        "fetch_pct_steady": pct(s["fetch"], m),
+        "prep_pct_steady": pct(s["prep"], m),
+        "first_wait_s": float(stall_all[:, first].max()) if first.any() else float("nan"),
         "compute_s": float(comp.mean()),
         "rest_s": float((s["h2d"] + s["ckpt"] + s["other"])[:, m].mean()),
         "fetch_s": float(s["fetch"][:, m].mean()),
         "prep_s": float(s["prep"][:, m].mean()),
         "stall_other_s": float(s["stall_other"][:, m].mean()),
-        "au_pct": 100.0 * float(np.mean(comp.sum(axis=1)[ok] / rank_wall[ok])) if ok.any()
-        else float("nan"),
-        "samples_s": float((s["records"][:, m].sum(axis=1)[ok] / rank_wall[ok]).sum()),
-        "mib_s": float((s["nbytes"][:, m].sum(axis=1)[ok] / rank_wall[ok]).sum()) / 2 ** 20,
+        "au_pct": au(m),
+        "au_all_pct": au(every),
+        "samples_s": rate(s["records"], every),
+        "mib_s": rate(s["nbytes"], every) / 2 ** 20,
         "bytes_step_rank": float(s["nbytes"][:, m].mean()),
         "straggler_ratio": float(np.median(ratio)),
         "delivered_bytes": float(s["nbytes"].sum()),
@@ -91,26 +110,37 @@ def run_figures(run):
     }
 
 
-def _spread(values):
-    v = [x for x in values if not math.isnan(x)]
-    return (max(v) - min(v)) if len(v) > 1 else float("nan")
-
-
 def table_a(runs, figures):
-    """Table A: runs grouped by (dataset, reader, format, ranks); medians over repeats."""
+    """Table A: runs grouped by (dataset, reader, format, ranks); medians over repeats, and
+    with repeats each shown figure's range (``KEY_min``, ``KEY_max``)."""
     groups = {}
     for run in runs:
         f = figures.get(run.path)
         if f:
             groups.setdefault((run.dataset, run.reader, run.format, run.ranks), []).append(f)
+    cols = [("reader", "reader", "{}"), ("format", "format", "{}"), ("ranks", "P", "{}"),
+            ("repeats", "runs", "{}"), ("stall_pct", "stall % every step", "{:.1f}"),
+            ("fetch_pct", "fetch % every step", "{:.1f}"),
+            ("prep_pct", "prep % every step", "{:.1f}"),
+            ("stall_pct_steady", "stall % steady", "{:.1f}"),
+            ("first_wait_s", "first-step wait s, max", "{:.3f}"),
+            ("au_pct", "AU % MLPerf rule", "{:.1f}"), ("au_all_pct", "AU % every step", "{:.1f}"),
+            ("samples_s", "samples/s every step", "{:,.0f}"),
+            ("mib_s", "MiB/s every step", "{:,.1f}"),
+            ("step_s_median", "step s median, steady", "{:.4f}"),
+            ("step_s_p95", "step s p95, steady", "{:.4f}"),
+            ("stall_max_s", "stall/step max-rank s, steady", "{:.4f}"),
+            ("stall_mean_s", "stall/step mean-rank s, steady", "{:.4f}"),
+            ("efficiency", "scaling eff.", "{:.2f}"), ("dataset", "dataset", "{}")]
     rows = []
     for (ds, reader, fmt, ranks), fs in sorted(groups.items()):
         row = {"dataset": ds, "reader": reader, "format": fmt, "ranks": ranks,
                "repeats": len(fs)}
         for k in fs[0]:
-            row[k] = float(np.median([f[k] for f in fs]))
-        row["stall_pct_spread"] = _spread([f["stall_pct"] for f in fs])
-        row["au_pct_spread"] = _spread([f["au_pct"] for f in fs])
+            v = [f[k] for f in fs]
+            row[k] = float(np.median(v))
+            if len(fs) > 1 and any(k == c[0] for c in cols):
+                row[f"{k}_min"], row[f"{k}_max"] = float(min(v)), float(max(v))
         rows.append(row)
     base = {}
     for row in rows:  # sorted by ranks within a series: the first is the smallest
@@ -118,22 +148,14 @@ def table_a(runs, figures):
         b = base.setdefault(key, row)
         row["efficiency"] = (row["samples_s"] / row["ranks"]) / (b["samples_s"] / b["ranks"]) \
             if b["samples_s"] else float("nan")
-    cols = [("reader", "reader", "{}"), ("format", "format", "{}"), ("ranks", "P", "{}"),
-            ("repeats", "runs", "{}"), ("step_s_median", "step s median", "{:.4f}"),
-            ("step_s_p95", "step s p95", "{:.4f}"),
-            ("stall_max_s", "stall/step max-rank s", "{:.4f}"),
-            ("stall_mean_s", "stall/step mean-rank s", "{:.4f}"),
-            ("stall_pct", "stall %", "{:.1f}"), ("fetch_pct", "fetch %", "{:.1f}"),
-            ("prep_pct", "prep %", "{:.1f}"), ("au_pct", "AU %", "{:.1f}"),
-            ("samples_s", "samples/s", "{:,.0f}"), ("mib_s", "MiB/s", "{:,.1f}"),
-            ("efficiency", "scaling eff.", "{:.2f}"),
-            ("stall_pct_spread", "stall % spread", "{:.1f}"),
-            ("au_pct_spread", "AU % spread", "{:.1f}"), ("dataset", "dataset", "{}")]
     return Table("table-a", "A: per reader x format x ranks (medians over repeats)", cols,
-                 rows, "Stall per step: the mean over measured steps (all but each epoch's "
-                       "first) of the max (or mean) over ranks. Scaling efficiency: samples/s "
-                       "per rank against the smallest rank count of the same reader and "
-                       "data. Spread: max - min over repeats.")
+                 rows, "Every step: the definition of the run's summary.json and console "
+                       "table (hpcio.measure.steps); steady: each epoch's first step (the "
+                       "pipeline's start-up) left out, as MLPerf Storage's AU rule does. "
+                       "Stall per step: the mean over steady steps of the max (or mean) over "
+                       "ranks. First-step wait: the longest wait for an epoch's first batch. "
+                       "Scaling efficiency: samples/s per rank against the smallest rank "
+                       "count of the same reader and data. With repeats: median (min-max).")
 
 
 # --- B ---------------------------------------------------------------------------------
@@ -305,11 +327,29 @@ def table_b(runs, figures):
             ("dxt_outside_s", "DXT outside steps s", "{:.3f}"),
             ("counter_reader", "read with", "{}")]
     return Table("table-b", "B: what Darshan saw, per run (the dataset's files only)", cols,
-                 rows, "Coverage = bytes Darshan's POSIX module saw read from the dataset's "
+                 rows, note=_B_NOTE, empty=_untraced(runs))
+
+
+_B_NOTE = ("Coverage = bytes Darshan's POSIX module saw read from the dataset's "
                        "files / bytes the reader delivered to training: below 1 some I/O is "
                        "invisible to Darshan (memory-mapped reads), above 1 the library read "
                        "more than it delivered. DXT exposed: read time inside the steps' waits "
-                       "for their batch (measured steps).")
+           "for their batch (measured steps).")
+
+
+def _untraced(runs):
+    """What an empty Table B says: that the runs were not traced (or their logs were
+    unusable) and how to trace them."""
+    traced = [r for r in runs if r.config.get("darshan") or r.env.get("darshan")]
+    if traced:
+        return ("No usable Darshan log: the traced runs' logs are missing or were left out "
+                "(see Gaps in the input).")
+    return ("None of these runs was traced with Darshan, so there is nothing to show here. "
+            "To trace a run: python -m hpcio.train ... --darshan LIB --darshan-dxt (also "
+            "python -m hpcio.sweep ... --darshan LIB, python -m hpcio.demo --darshan LIB), "
+            "with LIB the libdarshan.so built against mpi4py's MPI by scripts/darshan-local.sh "
+            "build (.darshan/lib/libdarshan.so); on Slurm, set HPCIO_DARSHAN=LIB for the "
+            "jobs/ templates. Each log lands in its run's darshan/.")
 
 
 # --- C ---------------------------------------------------------------------------------

@@ -44,8 +44,10 @@ epochs); AU is given both ways, each labelled:
   ranks and epochs (``first_step_wait_s_mean`` / ``_max``).
 * **stall %** = sum of stall / sum of wall over all ranks' steps, with its
   fetch / prep / stall_other split; likewise h2d %, compute %, ckpt %, other %.
-* **slowest vs fastest rank**: each rank's epoch time (sum of its step walls, all steps,
-  all epochs); max / min over ranks and which ranks.
+* **slowest vs fastest rank**: each rank's time over all epochs (sum of its step walls,
+  all steps: ``epoch_time_s_*``); max / min over ranks and which ranks.
+* **epoch time** (``epoch_s_mean``) = one epoch's wall time on its slowest rank, the mean
+  over epochs.
 
 Changed in summary.json: ``samples_per_s``, ``mib_per_s`` and the ``*_percent``
 time split used to leave out each epoch's first step, as AU does; they count every step

@@ -1,0 +1,224 @@
+"""The report says only what its numbers bear out: verdicts and headings from medians and
+ranges over repeats, advice per reader, the console's definitions, and a storage limit
+only when one was measured and given. Run directories: the real runs of
+../shared/fixtures/hpcio-runs, some made slower step by step, their summaries made again
+by the trainer's own functions."""
+
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from hpcio.analysis.report import analyse, write
+from hpcio.analysis.runs import load
+from hpcio.analysis.summary import summarize
+from hpcio.analysis.verdict import Verdict, compare, heading
+from hpcio.analyze import main
+from hpcio.measure.steps import rank_summary
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "hpcio-runs")
+
+
+# --- verdicts --------------------------------------------------------------------------
+
+
+def test_one_run_each_names_the_reader_that_stalls_more_and_by_how_much():
+    v = compare("naive", [20.8], "coordinated", [56.1])
+    assert (v.more, v.less) == ("coordinated", "naive")
+    assert v.text == ("coordinated stalls more than naive: 56.1% against 20.8%, 35.3 points "
+                      "more, 2.7x; one run each: no spread to judge the difference by")
+
+
+def test_overlapping_ranges_are_no_clear_difference():
+    v = compare("naive", [20.0, 31.0, 25.0], "coordinated", [29.0, 35.0, 33.0])
+    assert v.more is None and v.less is None
+    assert v.text == ("no clear difference: naive 25.0% (median of 3, 20.0-31.0) against "
+                      "coordinated 33.0% (median of 3, 29.0-35.0); the ranges overlap")
+    assert compare("a", [5.0], "b", [5.0]).more is None
+
+
+def test_ranges_apart_are_a_difference_between_medians():
+    v = compare("naive", [40.0, 44.0, 41.0], "coordinated", [30.0, 35.0])
+    assert (v.more, v.less) == ("naive", "coordinated")
+    assert "41.0% (median of 3, 40.0-44.0) against 32.5% (median of 2, 30.0-35.0)" in v.text
+    assert "one run each" not in v.text
+
+
+def test_heading_claims_only_what_every_verdict_says():
+    c, n, none = Verdict("coordinated", "naive", ""), Verdict("naive", "coordinated", ""), \
+        Verdict(None, None, "")
+    assert heading([c, c], "naive", "coordinated") == "Why coordinated stalls more than naive"
+    assert heading([none], "naive", "coordinated") == \
+        "naive and coordinated: no clear difference in stall"
+    for mixed in ([c, n], [n, none]):
+        assert heading(mixed, "naive", "coordinated") == \
+            "Which reader stalls more: naive or coordinated"
+
+
+# --- reports from run directories ------------------------------------------------------
+
+
+def _fixtures():
+    if not os.path.isdir(RUNS):
+        pytest.skip(f"no fixture runs at {RUNS}")
+
+
+def _run(name, dest, extra_s=0.0, as_name=None):
+    """A writable, untraced copy of fixture run ``name`` whose every step waits ``extra_s``
+    longer in the reader's call; rank-R.json's and summary.json's figures made again from
+    the steps by the trainer's own functions."""
+    d = os.path.join(str(dest), as_name or name)
+    shutil.copytree(os.path.join(RUNS, name), d, ignore=shutil.ignore_patterns("darshan"))
+    for p, _, files in os.walk(d):
+        os.chmod(p, 0o755)
+        for f in files:
+            os.chmod(os.path.join(p, f), 0o644)
+    per_rank = []
+    for r in range(len([f for f in os.listdir(d) if f.endswith(".npz")])):
+        with np.load(os.path.join(d, f"rank-{r}.npz")) as z:
+            a = dict(z)
+        a["fetch"] = a["fetch"] + extra_s
+        a["wall"] = a["wall"] + extra_s
+        a["t0"] = a["t0"] + extra_s * np.arange(len(a["t0"]))
+        np.savez(os.path.join(d, f"rank-{r}.npz"), **a)
+        with open(os.path.join(d, f"rank-{r}.json")) as f:
+            info = json.load(f)
+        info["summary"] = rank_summary(a)
+        per_rank.append(info["summary"])
+        with open(os.path.join(d, f"rank-{r}.json"), "w") as f:
+            json.dump(info, f)
+    with open(os.path.join(d, "summary.json")) as f:
+        s = json.load(f)
+    s["metrics"] = summarize(per_rank)
+    with open(os.path.join(d, "summary.json"), "w") as f:
+        json.dump(s, f)
+    return d
+
+
+def _report(dirs, out, **kw):
+    runs, problems, notes = load(dirs)
+    a = analyse(runs, problems, notes, **kw)
+    write(a, str(out))
+    with open(os.path.join(str(out), "summary.json")) as f:
+        doc = json.load(f)
+    with open(os.path.join(str(out), "report.md")) as f:
+        return a, doc, f.read()
+
+
+def test_coordinated_stalling_more_is_said_so_everywhere(tmp_path):
+    """The coordinated runs made 80 ms a step slower than naive's: every heading, verdict
+    and recommendation matches the numbers, and the report's figures are the console's."""
+    _fixtures()
+    dirs = [_run("pfs-inet-lmdb-naive-n1", tmp_path), _run("pfs-inet-lmdb-naive-n2", tmp_path),
+            _run("pfs-inet-lmdb-coordinated-n1", tmp_path, 0.08),
+            _run("pfs-inet-lmdb-coordinated-n2", tmp_path, 0.08)]
+    a, doc, md = _report(dirs, tmp_path / "out")
+    rows = {(r["reader"], r["ranks"]): r for r in doc["tables"]["table-a"]}
+    for n in (1, 2):
+        for key in ("stall_pct", "stall_pct_steady"):
+            assert rows["coordinated", n][key] > rows["naive", n][key]
+    [(title, points)] = a.comparisons
+    assert title == "Why coordinated stalls more than naive"
+    assert f"## {title}" in md and "Why naive stalls" not in md
+    for p in points:
+        for view, key in (("every_step", "stall_pct"), ("steady", "stall_pct_steady")):
+            v = p[view]
+            assert (v["more"], v["less"]) == ("coordinated", "naive")
+            more, less = rows["coordinated", p["ranks"]][key], rows["naive", p["ranks"]][key]
+            assert f"{more:.1f}% against {less:.1f}%" in v["text"]
+            assert f"{more - less:.1f} points more" in v["text"]
+        assert "In steady state coordinated waited" in p["text"]
+    # advice per reader: never "use the coordinated reader" to the coordinated reader
+    for f in doc["findings"]:
+        if "coordinated" in f["run"]:
+            assert "(the coordinated reader)" not in f["advice"]
+            assert "coordinated reader merges" not in f["advice"]
+    stall = {f["run"]: f for f in doc["findings"] if f["rule"] == "stall"}
+    assert "--reader-prefetch" in stall["pfs-inet-lmdb-coordinated-n2"]["advice"]
+    assert "(the coordinated reader)" in stall["pfs-inet-lmdb-naive-n2"]["advice"]
+    # one definition per figure: the report's is the run's summary.json (the console's)
+    for d in dirs:
+        with open(os.path.join(d, "summary.json")) as f:
+            m = json.load(f)["metrics"]
+        name = os.path.basename(d)
+        reader, n = name.split("-")[-2], int(name[-1])
+        r = rows[reader, n]
+        assert r["stall_pct"] == pytest.approx(m["stall_percent"])
+        assert r["samples_s"] == pytest.approx(m["samples_per_s"])
+        assert r["mib_s"] == pytest.approx(m["mib_per_s"])
+        assert r["au_pct"] == pytest.approx(m["au_percent"])
+        assert r["au_all_pct"] == pytest.approx(m["au_percent_all_steps"])
+        assert r["first_wait_s"] == pytest.approx(m["first_step_wait_s_max"])
+    # two rank counts: no fit is drawn or promised
+    caption = re.search(r"!\[([^]]*)\]\(stall-vs-ranks.png\)", md).group(1)
+    assert "model's fit" not in caption
+    assert "no fit for coordinated (stall measured at 2 rank count(s) (1, 2); the model " \
+           "needs 3)" in caption
+    # untraced runs: the empty Darshan table says so and how to trace them
+    assert "(no rows)" not in md
+    assert "None of these runs was traced with Darshan" in md
+    assert "--darshan LIB" in md and "scripts/darshan-local.sh build" in md \
+        and "HPCIO_DARSHAN=LIB" in md
+
+
+def test_repeats_whose_ranges_overlap_are_no_clear_difference(tmp_path):
+    """Two repeats a reader at 2 ranks: naive's as recorded and 30 ms a step slower, the
+    coordinated reader's 22 and 32 ms slower. Medians and ranges decide, not the first
+    run (on which naive alone would stall less)."""
+    _fixtures()
+    dirs = [_run("pfs-inet-lmdb-naive-n2", tmp_path, 0.0, "naive-n2-r0"),
+            _run("pfs-inet-lmdb-naive-n2", tmp_path, 0.03, "naive-n2-r1"),
+            _run("pfs-inet-lmdb-coordinated-n2", tmp_path, 0.022, "coordinated-n2-r0"),
+            _run("pfs-inet-lmdb-coordinated-n2", tmp_path, 0.032, "coordinated-n2-r1")]
+    a, doc, md = _report(dirs, tmp_path / "out")
+    rows = {r["reader"]: r for r in doc["tables"]["table-a"]}
+    for key in ("stall_pct", "stall_pct_steady"):  # the premise: the ranges overlap
+        n, c = rows["naive"], rows["coordinated"]
+        assert n["repeats"] == c["repeats"] == 2
+        assert n[f"{key}_min"] <= c[f"{key}_max"] and c[f"{key}_min"] <= n[f"{key}_max"]
+        assert n[key] == pytest.approx((n[f"{key}_min"] + n[f"{key}_max"]) / 2)
+    first = {r.reader: a.figures[r.path]["stall_pct"] for r in reversed(a.runs)}
+    assert compare("naive", [first["naive"]], "coordinated",
+                   [first["coordinated"]]).more == "coordinated"
+    [(title, [p])] = a.comparisons
+    assert title == "naive and coordinated: no clear difference in stall"
+    assert p["every_step"]["more"] is None and p["steady"]["more"] is None
+    assert "no clear difference: naive" in p["text"] and "(median of 2, " in p["text"]
+    # the tables show each median with its range
+    n = rows["naive"]
+    assert f"{n['stall_pct']:.1f} ({n['stall_pct_min']:.1f}-{n['stall_pct_max']:.1f})" in md
+
+
+def test_storage_limit_is_drawn_only_when_given(tmp_path):
+    """Without --storage-mibs no limit is drawn or called measured; with it, its value is
+    the line and the model's aggregate limit."""
+    _fixtures()
+    dirs = [_run(f"pfs-inet-lmdb-{r}-n{n}", tmp_path / "in") for r in ("naive", "coordinated")
+            for n in (1, 2, 4)]
+    main(dirs + ["-o", str(tmp_path / "plain"), "--format", "md,json", "--no-drishti"])
+    with open(tmp_path / "plain" / "report.md") as f:
+        md = f.read()
+    caption = re.search(r"!\[([^]]*)\]\(bandwidth.png\)", md).group(1)
+    assert "no storage limit drawn: none was given (--storage-mibs" in caption
+    assert "storage limit" not in md.replace("no storage limit drawn", "")
+    assert "lower bounds, not the storage's measured limits" in md
+    with open(tmp_path / "plain" / "summary.json") as f:
+        assert json.load(f)["storage_mibs"] is None
+    # with three rank counts the fit is drawn, and the caption says so
+    fit = re.search(r"!\[([^]]*)\]\(stall-vs-ranks.png\)", md).group(1)
+    assert "the model's fit for coordinated, naive" in fit and "no fit" not in fit
+
+    main(dirs + ["-o", str(tmp_path / "given"), "--format", "md,json", "--no-drishti",
+                 "--storage-mibs", "1862"])
+    with open(tmp_path / "given" / "report.md") as f:
+        md = f.read()
+    caption = re.search(r"!\[([^]]*)\]\(bandwidth.png\)", md).group(1)
+    assert "the storage's limit as given, 1,862 MiB/s (--storage-mibs)" in caption
+    with open(tmp_path / "given" / "summary.json") as f:
+        doc = json.load(f)
+    assert doc["storage_mibs"] == 1862
+    assert all(m["bagg"] == 1862 * 2 ** 20 for m in doc["models"].values())
