@@ -50,7 +50,7 @@ def _small(f, d, reader):
                 f"request {d['mean_request']:,.0f} B)",
                 "read larger requests: pack records into bigger files, " + (
                     "shuffle by chunk (--shuffle chunk) so that a rank's records are "
-                    "neighbours the reader merges, or raise --reader-option group_bytes"
+                    "neighbours the reader merges, or raise --reader-option request_bytes"
                     if reader == "coordinated" else
                     "or read runs of neighbouring records at once (the coordinated reader "
                     "merges them)"))
@@ -111,7 +111,7 @@ def _stall(f, d, reader):
             advice = "preprocessing is the bottleneck: more --threads, or preprocess offline"
         elif reader == "coordinated":
             advice = ("the reader is the bottleneck: more requests in flight "
-                      "(--reader-prefetch), larger requests (--reader-option group_bytes=...), "
+                      "(--reader-prefetch), larger requests (--reader-option request_bytes=...), "
                       "or faster storage")
         else:
             advice = ("the reader is the bottleneck: prefetch further ahead and read in "
