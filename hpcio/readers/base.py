@@ -345,6 +345,9 @@ class Reader:
     # True for a reader that memory-maps the dataset: a cold epoch must re-make it after
     # evicting, since pages a live mapping holds stay cached
     maps_files = False
+    # a yielded batch's data stays valid while the consumer asks for this many more
+    # batches: a consumer that holds fewer needs no copy of its own
+    lease = 0
 
     def __init__(self, dataset: "Dataset", comm=None, **options):
         self.ds = dataset

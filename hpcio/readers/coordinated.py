@@ -62,7 +62,7 @@ class CoordinatedReader(Reader):
                  hints: dict = None, mechanism: MECHANISMS = "thread",
                  request_bytes=4 << 20, threads=4, sieve_gap: int = None,
                  sieve_ratio=3.0, willneed=True, shared: Auto = False, ramp=True,
-                 hdf5: HDF5_PATHS = "offsets", **options):
+                 hdf5: HDF5_PATHS = "offsets", lease=4, **options):
         self.check(dataset, hdf5=hdf5)
         mpio = hdf5 == "mpio"
         super().__init__(dataset, comm, **options)
@@ -102,11 +102,17 @@ class CoordinatedReader(Reader):
             mechanism = "thread"  # no MPI files to issue nonblocking reads on
         self.mechanism = mechanism
         self.comm = world.Dup()
+        self.lease = max(0, int(lease)) if mechanism == "thread" else 0
         self._io, self._preloaded, self._next = None, None, None
-        self._ring = BufferRing(self.prefetch + 1, slack=1.25, least=4096)
+        self._lent = deque()  # [slot, asked count when free] of requests handed out
+        # prefetch + 1 slots in flight, and one per batch a consumer may still hold
+        self._slots = self.prefetch + 1 + (self.lease + 1 if self.lease else 0)
+        self._ring = BufferRing(self._slots, slack=1.25, least=4096)
         self.path = paths.choose(self, mpio, filewise, shared, self._mean, SHARE_MIN_RECORD)
         if self.mechanism == "nonblocking" and not self.path.nonblocking:
-            self.mechanism = "thread"
+            self.mechanism = "thread"  # the node-shared window reads blocking
+        if self.mechanism != "thread":
+            self.lease = 0
         self.stats.extra.update(mechanism=self.mechanism, prefetch=self.prefetch,
                                 path=self.path.name, shared=self.path.name == "shared",
                                 collective=self.collective, filewise=filewise,
@@ -160,7 +166,7 @@ class CoordinatedReader(Reader):
         submitted, with the job preloaded to follow it queued behind it."""
         if self._io is None:
             self._io = IOThread(lambda r, files: self._read(r, files), self.path.advise,
-                                self.prefetch + 1)
+                                self._slots)
         job, self._preloaded = self._preloaded, None
         if job is not None and not (job.plan is plan or (
                 job.plan.batch == plan.batch and np.array_equal(job.plan.ids, plan.ids))):
@@ -176,13 +182,17 @@ class CoordinatedReader(Reader):
 
     def epoch(self, plan):
         """Yield this rank's batches of ``plan``, in order, read ahead ``prefetch`` requests."""
-        if self.mechanism == "thread":
+        thread = self.mechanism == "thread"
+        if thread:
+            if self._io is not None:
+                self._give_back()  # the last epoch's batches are trained on by now
             gen = self._thread_source(self._job(plan))
         else:
             source = {"nonblocking": self._nb_source, "sync": self._sync_source}
             gen = source[self.mechanism](*self._prepare(plan))
         st, idx = self.stats, self.ds.index
         f0 = faults()
+        asked = 0  # batches the consumer asked for after the one yielded
         try:
             while True:
                 t0 = time.perf_counter()
@@ -203,6 +213,12 @@ class CoordinatedReader(Reader):
                     st.records += len(sid)
                     st.batches += 1
                     yield batch
+                    asked += 1
+                    if thread:
+                        self._give_back(asked)
+                if thread:  # free once the consumer asks for `lease` batches after its last
+                    self._lent[-1][1] = asked + self.lease
+                    self._give_back(asked)
         finally:
             gen.close()
             f1 = faults()
@@ -219,13 +235,11 @@ class CoordinatedReader(Reader):
             yield r
 
     def _thread_source(self, job):
-        io = self._io
-        held, last, done = None, -1, False
+        """The I/O thread's requests in order; their slots are in :attr:`_lent` until
+        :meth:`epoch` gives them back. An early stop gives back every slot lent."""
+        io, last, done = self._io, -1, False
         try:
             while True:
-                if held is not None:  # the consumer asked for more: its buffer is free
-                    io.free.put(held)
-                    held = None
                 item = job.ready.get()
                 if item is DONE:
                     done = True
@@ -233,11 +247,21 @@ class CoordinatedReader(Reader):
                 if isinstance(item, BaseException):
                     done = True
                     raise _translate(item)
-                held, last = item.slot, item.g
+                last = item.g
+                self._lent.append([item.slot, None])
                 yield item
         finally:
-            if not done:  # early stop
-                io.finish(job, held, last)
+            if not done:
+                io.finish(job, [slot for slot, _ in self._lent], last)
+                self._lent.clear()
+
+    def _give_back(self, asked=None):
+        """Slots whose lease is over once the consumer has asked for ``asked`` batches
+        (all of them with ``None``: the consumer is done with the epoch) go back to the
+        I/O thread."""
+        lent = self._lent
+        while lent and (asked is None or (lent[0][1] is not None and lent[0][1] <= asked)):
+            self._io.free.put(lent.popleft()[0])
 
     def _nb_source(self, reqs, touched):
         K = self.prefetch

@@ -64,15 +64,15 @@ class IOThread:
                 err = e
                 job.ready.put(e)
 
-    def finish(self, job, held=None, last=-1):
-        """Stop ``job`` early: the consumer took requests up to ``last`` and holds slot
-        ``held`` (or none). The thread can have read at most the requests the other slots
+    def finish(self, job, held=(), last=-1):
+        """Stop ``job`` early: the consumer took requests up to ``last`` and holds the
+        slots ``held``. The thread can have read at most the requests the other slots
         hold beyond ``last``, so it reads exactly those, on every rank alike (every rank
         stops at the same batch and all leave the collectives together); their slots come
         back to the ring."""
-        job.stop = min(job.stop, last + self.slots + (held is None))
-        if held is not None:
-            self.free.put(held)
+        job.stop = min(job.stop, last + 1 + self.slots - len(held))
+        for slot in held:
+            self.free.put(slot)
         while True:
             item = job.ready.get()
             if item is DONE or isinstance(item, BaseException):

@@ -122,12 +122,15 @@ class ReadOnly:
         self._ring = [None] * (self.prefetch + 2)  # in queue + held by the trainer + filling
         self._run = None
 
-    def run(self, batches, epoch=0):
+    def run(self, batches, epoch=0, lease=0):
         """The loader of one epoch. It reuses the buffers of the one before (closed here:
         an epoch's batches are done with when the next epoch starts), so no epoch's
-        buffers outlive it and none are faulted in anew."""
+        buffers outlive it and none are faulted in anew. With a reader whose batches stay
+        valid for ``lease`` more batches, at least as many as the loader and the trainer
+        hold, batches are handed on as they are, without a copy."""
         self.close()
-        self._run = _ReadOnlyRun(iter(batches), self.prefetch, self._ring)
+        copy = lease < len(self._ring)
+        self._run = _ReadOnlyRun(iter(batches), self.prefetch, self._ring if copy else None)
         return self._run
 
     def close(self):
@@ -171,9 +174,12 @@ class _ReadOnlyRun:
                 t1 = now()
                 off = np.asarray(b.offsets, dtype=np.int64)
                 lo, hi = (int(off[0]), int(off[-1])) if len(off) else (0, 0)
-                buf = self._buffer(k, hi - lo)[:hi - lo]
-                buf[:] = b.data[lo:hi]
-                k = (k + 1) % len(self._ring)
+                if self._ring is None:  # the reader's buffer outlives the batch's use
+                    buf = b.data[lo:hi]
+                else:
+                    buf = self._buffer(k, hi - lo)[:hi - lo]
+                    buf[:] = b.data[lo:hi]
+                    k = (k + 1) % len(self._ring)
                 y = torch.from_numpy(np.array(b.labels, dtype=np.int64))
                 t2 = now()
                 self._q.put(Prepared(b.step, torch.from_numpy(buf), y, len(y), hi - lo,

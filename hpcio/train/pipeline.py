@@ -323,10 +323,11 @@ class Pipeline:
 
     # ---- the consumer's side ------------------------------------------------------------
 
-    def run(self, batches, epoch=0):
+    def run(self, batches, epoch=0, lease=0):
         """Start a loader on ``batches`` (an iterable of :class:`~hpcio.readers.base.Batch`,
         e.g. ``reader.epoch(plan)``); returns an iterator of :class:`Prepared` in order.
         ``epoch`` enters the brightness seed, so epochs differ where step numbers repeat.
+        ``lease`` (the reader's) is not needed: preprocessing writes new tensors.
         An exception in the source or the preprocessing is re-raised by ``next()``;
         ``close()`` (or leaving a ``with`` block) stops early without hanging."""
         if self._closed:

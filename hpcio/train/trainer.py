@@ -416,7 +416,7 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
     cuda = device.type == "cuda"
     every = run.args.checkpoint_every
     gstep = log.n
-    it = run.pipe.run(reader.epoch(plan), epoch=epoch)
+    it = run.pipe.run(reader.epoch(plan), epoch=epoch, lease=reader.lease)
     t_start = _now()
     t0 = t_start
     done = 0
