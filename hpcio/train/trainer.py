@@ -418,7 +418,7 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
     gstep = log.n
     it = run.pipe.run(reader.epoch(plan), epoch=epoch, lease=reader.lease)
     t_start = _now()
-    t0 = t_start
+    t0, t_end = t_start, None
     done = 0
     try:
         for s in range(plan.steps):
@@ -458,8 +458,10 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
             if want_stop:
                 t.cut = True
                 break
+        t_end = t0  # the epoch's clock is its steps' walls, end to end
     finally:
-        t_end = _now()
+        if t_end is None:
+            t_end = _now()
         it.close()
     return done, t_start, t_end
 
