@@ -60,7 +60,7 @@ from .plan import SHUFFLES, make_plan
 from .readers import READERS, check_dataset, make_reader
 from .readers.hints import parse_hints
 
-__all__ = ["main", "parse_reader", "LIMITS", "run_reader", "run_limit", "wait_quiet"]
+__all__ = ["main", "parse_reader", "claim_out", "LIMITS", "run_reader", "run_limit", "wait_quiet"]
 
 PIECE = 8 << 20
 
@@ -277,6 +277,20 @@ def wait_quiet(comm, max_wait, cpu=0.15, disk_mib_s=5.0):
 
 
 # ---- main ---------------------------------------------------------------------------
+def claim_out(path, force=False):
+    """Before any run: an existing result is refused (unless ``force``) and the folder is
+    made, so a benchmark of an hour does not end on an unwritable or clobbered file."""
+    if os.path.exists(path) and not force:
+        raise HpcioError(f"--out {path} exists (--force replaces it)")
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise HpcioError(f"--out {path}: cannot make {d}: {e.strerror}")
+    if not os.access(d, os.W_OK):
+        raise HpcioError(f"--out {path}: {d} is not writable")
+
+
 def build_parser():
     p = ArgumentParser(prog="python -m hpcio.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", nargs="+", required=True, help="dataset directories")
@@ -315,7 +329,9 @@ def build_parser():
                    help="cold: also echo 1 > /proc/sys/vm/drop_caches (root only)")
     p.add_argument("--verify", action="store_true",
                    help="check every shard's sha256 against the manifest first (reads all)")
-    p.add_argument("--out", default="bench.json", help="JSON file with every run")
+    p.add_argument("--out", default=None,
+                   help="JSON file with every run (default: runs/bench-<time>.json)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
 
@@ -345,6 +361,8 @@ def main(argv=None):
                              everywhere=True)
     if a.repeat < 1:
         raise HpcioError("--repeat must be at least 1", everywhere=True)
+    out_path = a.out or os.path.join("runs", time.strftime("bench-%Y%m%d-%H%M%S.json"))
+    on_root(comm, lambda: claim_out(out_path, a.force))
     rank0 = comm.rank == 0
     runs = []
     meta = {"ranks": comm.size, "batch": a.batch, "hints": hints, "readers": a.readers,
@@ -411,8 +429,8 @@ def main(argv=None):
     if rank0:
         rows = summarize(runs)
         print(table(rows), flush=True)
-        atomic_json(a.out, {"meta": meta, "summary": rows, "runs": runs})
-        print(f"wrote {a.out}", file=sys.stderr, flush=True)
+        atomic_json(out_path, {"meta": meta, "summary": rows, "runs": runs})
+        print(f"wrote {out_path}", file=sys.stderr, flush=True)
     return 0
 
 

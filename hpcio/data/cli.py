@@ -94,8 +94,8 @@ def _add_output(p):
                    help="write into an existing directory; replaces only files an earlier "
                         "hpcio dataset there wrote, never anything else")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction,
-                   default=None, help="progress bar on rank 0 (default: when stderr is a "
-                                      "terminal)")
+                   default=None, help="progress bar on rank 0's stderr (default: a bar on a "
+                                      "terminal, else a plain line every 20 s)")
 
 
 def build_parser():
@@ -184,7 +184,8 @@ def build_parser():
 
 
 def _progress_default(flag):
-    return sys.stderr.isatty() if flag is None else flag
+    """--progress: a bar; --no-progress: none; neither: a bar on a terminal, else lines."""
+    return "auto" if flag is None else flag
 
 
 def _format_options(a):
