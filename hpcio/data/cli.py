@@ -108,7 +108,7 @@ def build_parser():
                "  python -m hpcio.datagen generate /tmp/mnist --preset mnist --records 6000"
                " --format lmdb\n"
                "  mpiexec -n 4 python -m hpcio.datagen generate /scratch/inet --preset "
-               "imagenet --format packed --shards 64\n"
+               "imagenet --records 100000 --format packed --shards 64\n"
                "  python -m hpcio.datagen import mnist ~/mnist /tmp/mnist-h5 --format hdf5 "
                "--encoding raw\n"
                "  python -m hpcio.datagen generate /tmp/mnist-ldb --format leveldb "
