@@ -60,7 +60,8 @@ from .plan import SHUFFLES, make_plan
 from .readers import READERS, check_dataset, make_reader
 from .readers.hints import parse_hints
 
-__all__ = ["main", "parse_reader", "claim_out", "LIMITS", "run_reader", "run_limit", "wait_quiet"]
+__all__ = ["main", "parse_reader", "claim_out", "LIMITS", "run_reader", "run_limit",
+           "wait_quiet"]
 
 PIECE = 8 << 20
 

@@ -8,6 +8,8 @@ otherwise a plain line every ``every`` seconds (none for work shorter than that)
 import sys
 import time
 
+from tqdm import tqdm
+
 __all__ = ["Progress", "MODES", "EVERY"]
 
 MODES = ("auto", "bar", "lines", "off")
@@ -36,7 +38,6 @@ class Progress:
         self.t0 = self.last = time.monotonic()
         self.bar = None
         if mode == "bar":
-            from tqdm import tqdm
             self.bar = tqdm(total=total, unit=unit, desc=label, file=self.file,
                             dynamic_ncols=True, **bar)
 
