@@ -57,6 +57,7 @@ from .measure import probes
 from .measure.probes import block_device, disk_read_bytes, loadavg, read_ahead_kb
 from .mpiutil import idle_barrier, on_root
 from .plan import SHUFFLES, make_plan
+from .progress import Progress
 from .readers import READERS, check_dataset, make_reader
 from .readers.hints import parse_hints
 
@@ -190,15 +191,20 @@ LIMITS = {"seq": _seq, "seq-ranks": _seq_ranks, "seq-direct": _seq_direct,
 
 
 # ---- one run ------------------------------------------------------------------------
-def run_reader(reader, comm, plan, compute_s=0.0):
+def run_reader(reader, comm, plan, compute_s=0.0, label=None):
     """Run one epoch of ``plan`` (sleeping ``compute_s`` per batch, an emulated training
-    step); this rank's figures. The reader's counters are reset first."""
+    step); this rank's figures. The reader's counters are reset first. With ``label``,
+    rank 0 prints a progress line every 20 s of a long epoch."""
     reader.stats.reset()
+    progress = Progress(plan.steps, "batch", label, mode="lines") \
+        if label and comm.rank == 0 else None
     comm.Barrier()
     t0 = time.perf_counter()
     for b in reader.epoch(plan):
         if compute_s:
             time.sleep(compute_s)
+        if progress is not None:
+            progress.update()
     dt = time.perf_counter() - t0
     st = reader.stats
     return {"records": st.records, "bytes": st.bytes, "seconds": dt, "calls": st.calls,
@@ -225,13 +231,13 @@ class Readers:
             for _ in r.epoch(warmup_plan):
                 pass
 
-    def run(self, label, plan, compute_s):
+    def run(self, label, plan, compute_s, progress=None):
         _, name, opts = self.specs[label]
         if label in self.kept:
-            return run_reader(self.kept[label], self.comm, plan, compute_s)
+            return run_reader(self.kept[label], self.comm, plan, compute_s, progress)
         r = make_reader(name, self.ds, self.comm, **opts)
         try:
-            return run_reader(r, self.comm, plan, compute_s)
+            return run_reader(r, self.comm, plan, compute_s, progress)
         finally:
             r.close()
 
@@ -333,7 +339,8 @@ def build_parser():
     p.add_argument("--out", default=None,
                    help="JSON file with every run (default: runs/bench-<time>.json)")
     p.add_argument("--force", action="store_true", help="replace an existing --out file")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress lines (one per run, and every 20 s of a long one)")
     return p
 
 
@@ -407,7 +414,8 @@ def main(argv=None):
             load0 = loadavg()
             dev0 = disk_read_bytes([dev]) if rank0 and dev else None
             if what in specs:
-                res = pool.run(what, plan, a.compute_ms / 1e3)
+                res = pool.run(what, plan, a.compute_ms / 1e3, None if a.quiet else
+                               f"[{n + 1}/{len(todo)}] {name} {cache} {shuffle} {what}")
             else:
                 res = run_limit(what, ds, comm, plan, a.random_records)
             dev1 = disk_read_bytes([dev]) if rank0 and dev else None
