@@ -7,9 +7,14 @@
 #   make VENV=.venv-system MPI=system test   a second venv beside .venv
 #   make horovod        build Horovod 0.28.1 (MPI, PyTorch) into $(VENV) for --dist horovod
 #                       (a C++ build of several minutes; scripts/install-horovod.sh)
+#   make TORCH_INDEX=https://download.pytorch.org/whl/cpu setup
+#                       torch from that index first: PyPI's torch for Linux is the CUDA
+#                       build (several GB); empty: whatever index pip is configured with
 PY ?= python3
 VENV ?= .venv
 MPI ?= wheel
+TORCH_INDEX ?=
+TORCH = torch==2.13.0
 EXTRAS_wheel = mpich,train,test,plot,analysis
 EXTRAS_system = train,test,plot,analysis
 BIN = $(abspath $(VENV))/bin
@@ -22,6 +27,7 @@ $(VENV)/.installed-$(MPI): setup.py
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	if [ "$(MPI)" = system ]; then scripts/install-mpi4py.sh $(BIN)/pip; fi
+	if [ -n "$(TORCH_INDEX)" ]; then $(BIN)/pip install -q "$(TORCH)" --index-url "$(TORCH_INDEX)"; fi
 	$(BIN)/pip install -q -e ".[$(EXTRAS_$(MPI))]"
 	rm -f $(VENV)/.installed-*
 	touch $@

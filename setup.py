@@ -22,7 +22,8 @@ setup(
         # MPI from PyPI (no root, no system MPI). Leave it out with a system MPI and build
         # mpi4py against it instead: MPICC=mpicc pip install --no-binary=mpi4py mpi4py
         "mpich": ["mpich"],
-        # the CPU build installs in seconds; an unpinned torch pulls the CUDA stack
+        # pinned (also in the Makefile's TORCH); PyPI's Linux torch is the CUDA build, several
+        # GB: make TORCH_INDEX=https://download.pytorch.org/whl/cpu setup takes the CPU one
         "train": ["torch==2.13.0"],
         "gpu": ["nvidia-ml-py"],
         "darshan": ["darshan"],

@@ -26,7 +26,8 @@ Where things live (one home per concern)::
     mpiutil.py  MPI patterns: work on rank 0 with errors raised everywhere, node
                 communicators, array broadcasts; mpicompat.py: MPI stacks known to break
     sweep.py    the ``sweep`` command: one train job per point, resumable
-    cli.py, errors.py, fsutil.py    argument types, one-line errors, atomic files
+    cli.py, errors.py, fsutil.py, progress.py    argument types, one-line errors, atomic
+                files, progress on rank 0 (a bar on a terminal, plain lines in a log)
 
 A new format is a module in formats/ added to FORMATS; a new reader a class in readers/
 decorated with ``@register``; a new per-step figure a column in measure/steps.py and its

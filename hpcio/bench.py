@@ -57,10 +57,12 @@ from .measure import probes
 from .measure.probes import block_device, disk_read_bytes, loadavg, read_ahead_kb
 from .mpiutil import idle_barrier, on_root
 from .plan import SHUFFLES, make_plan
+from .progress import Progress
 from .readers import READERS, check_dataset, make_reader
 from .readers.hints import parse_hints
 
-__all__ = ["main", "parse_reader", "LIMITS", "run_reader", "run_limit", "wait_quiet"]
+__all__ = ["main", "parse_reader", "claim_out", "LIMITS", "run_reader", "run_limit",
+           "wait_quiet"]
 
 PIECE = 8 << 20
 
@@ -189,15 +191,20 @@ LIMITS = {"seq": _seq, "seq-ranks": _seq_ranks, "seq-direct": _seq_direct,
 
 
 # ---- one run ------------------------------------------------------------------------
-def run_reader(reader, comm, plan, compute_s=0.0):
+def run_reader(reader, comm, plan, compute_s=0.0, label=None):
     """Run one epoch of ``plan`` (sleeping ``compute_s`` per batch, an emulated training
-    step); this rank's figures. The reader's counters are reset first."""
+    step); this rank's figures. The reader's counters are reset first. With ``label``,
+    rank 0 prints a progress line every 20 s of a long epoch."""
     reader.stats.reset()
+    progress = Progress(plan.steps, "batch", label, mode="lines") \
+        if label and comm.rank == 0 else None
     comm.Barrier()
     t0 = time.perf_counter()
     for b in reader.epoch(plan):
         if compute_s:
             time.sleep(compute_s)
+        if progress is not None:
+            progress.update()
     dt = time.perf_counter() - t0
     st = reader.stats
     return {"records": st.records, "bytes": st.bytes, "seconds": dt, "calls": st.calls,
@@ -224,13 +231,13 @@ class Readers:
             for _ in r.epoch(warmup_plan):
                 pass
 
-    def run(self, label, plan, compute_s):
+    def run(self, label, plan, compute_s, progress=None):
         _, name, opts = self.specs[label]
         if label in self.kept:
-            return run_reader(self.kept[label], self.comm, plan, compute_s)
+            return run_reader(self.kept[label], self.comm, plan, compute_s, progress)
         r = make_reader(name, self.ds, self.comm, **opts)
         try:
-            return run_reader(r, self.comm, plan, compute_s)
+            return run_reader(r, self.comm, plan, compute_s, progress)
         finally:
             r.close()
 
@@ -277,6 +284,20 @@ def wait_quiet(comm, max_wait, cpu=0.15, disk_mib_s=5.0):
 
 
 # ---- main ---------------------------------------------------------------------------
+def claim_out(path, force=False):
+    """Before any run: an existing result is refused (unless ``force``) and the folder is
+    made, so a benchmark of an hour does not end on an unwritable or clobbered file."""
+    if os.path.exists(path) and not force:
+        raise HpcioError(f"--out {path} exists (--force replaces it)")
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise HpcioError(f"--out {path}: cannot make {d}: {e.strerror}")
+    if not os.access(d, os.W_OK):
+        raise HpcioError(f"--out {path}: {d} is not writable")
+
+
 def build_parser():
     p = ArgumentParser(prog="python -m hpcio.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--data", nargs="+", required=True, help="dataset directories")
@@ -315,8 +336,11 @@ def build_parser():
                    help="cold: also echo 1 > /proc/sys/vm/drop_caches (root only)")
     p.add_argument("--verify", action="store_true",
                    help="check every shard's sha256 against the manifest first (reads all)")
-    p.add_argument("--out", default="bench.json", help="JSON file with every run")
-    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("--out", default=None,
+                   help="JSON file with every run (default: runs/bench-<time>.json)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out file")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress lines (one per run, and every 20 s of a long one)")
     return p
 
 
@@ -345,6 +369,8 @@ def main(argv=None):
                              everywhere=True)
     if a.repeat < 1:
         raise HpcioError("--repeat must be at least 1", everywhere=True)
+    out_path = a.out or os.path.join("runs", time.strftime("bench-%Y%m%d-%H%M%S.json"))
+    on_root(comm, lambda: claim_out(out_path, a.force))
     rank0 = comm.rank == 0
     runs = []
     meta = {"ranks": comm.size, "batch": a.batch, "hints": hints, "readers": a.readers,
@@ -388,7 +414,8 @@ def main(argv=None):
             load0 = loadavg()
             dev0 = disk_read_bytes([dev]) if rank0 and dev else None
             if what in specs:
-                res = pool.run(what, plan, a.compute_ms / 1e3)
+                res = pool.run(what, plan, a.compute_ms / 1e3, None if a.quiet else
+                               f"[{n + 1}/{len(todo)}] {name} {cache} {shuffle} {what}")
             else:
                 res = run_limit(what, ds, comm, plan, a.random_records)
             dev1 = disk_read_bytes([dev]) if rank0 and dev else None
@@ -411,8 +438,8 @@ def main(argv=None):
     if rank0:
         rows = summarize(runs)
         print(table(rows), flush=True)
-        atomic_json(a.out, {"meta": meta, "summary": rows, "runs": runs})
-        print(f"wrote {a.out}", file=sys.stderr, flush=True)
+        atomic_json(out_path, {"meta": meta, "summary": rows, "runs": runs})
+        print(f"wrote {out_path}", file=sys.stderr, flush=True)
     return 0
 
 

@@ -89,7 +89,7 @@ def build_parser():
                         "'srun --mpi=pmi2'")
     p.add_argument("--darshan", metavar="LIB", default=None,
                    help="trace every run with this libdarshan.so (hpcio.train --darshan)")
-    p.add_argument("--out", default=None, help="sweep directory (default: sweeps/<time>)")
+    p.add_argument("--out", default=None, help="sweep directory (default: runs/sweep-<time>)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and stop")
     return p
 
@@ -135,7 +135,7 @@ def _settings(argv):
     return {"data": [os.path.abspath(d) for d in data], "ranks": ranks, "readers": readers,
             "reader_options": ropts, "repeat": repeat,
             "launcher": pick("launcher") or launcher(), "darshan": pick("darshan"),
-            "out": pick("out") or os.path.join("sweeps", time.strftime("%Y%m%d-%H%M%S")),
+            "out": pick("out") or os.path.join("runs", time.strftime("sweep-%Y%m%d-%H%M%S")),
             "train": [str(x) for x in train] + unknown + extra, "dry_run": a.dry_run}
 
 

@@ -2,6 +2,8 @@
 # Build Darshan (the LD_PRELOAD runtime and darshan-util) against the MPI that mpi4py uses,
 # so that a traced rank loads one MPI library, not two.
 #   scripts/darshan-local.sh build [--source TARBALL] [--prefix DIR]
+# TARBALL: the Darshan 3.5.0 source, darshan-3.5.0.tar.gz from the Darshan project, with its
+# configure script (default: ../shared/vendor/darshan-3.5.0.tar.gz beside the checkout).
 # MPICC= picks the MPI compiler; by default the mpicc beside the Python in use ($PYTHON,
 # else python3 on PATH: the mpich wheel puts it in the venv's bin), else mpicc on PATH.
 # Prints the path of libdarshan.so. Skips the build when PREFIX was built for the same mpicc.
@@ -23,7 +25,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-[ -f "$src" ] || die "no Darshan source tarball at $src (--source TARBALL)"
+[ -f "$src" ] || die "no Darshan source tarball at $src: name the Darshan 3.5.0 source (darshan-3.5.0.tar.gz from the Darshan project) with --source TARBALL"
 src=$(cd "$(dirname "$src")" && pwd)/$(basename "$src")
 
 py=${PYTHON:-$(command -v python3 || true)}
@@ -69,7 +71,7 @@ start=$(date +%s)
 echo "darshan-local: building $(basename "$src") with $MPICC into $prefix (log: $log)" >&2
 tar xzf "$src" -C "$work" || die "cannot unpack $src"
 srcdir=$(find "$work" -mindepth 1 -maxdepth 1 -type d | head -n 1)
-[ -x "$srcdir/configure" ] || die "no configure script in $src"
+[ -x "$srcdir/configure" ] || die "no configure script in $src (a git checkout needs its ./prepare.sh run first, with autotools)"
 mkdir "$work/build"
 (
   cd "$work/build"

@@ -63,3 +63,10 @@ def test_bad_sweeps_are_one_line(tmp_path):
     p = run_py(SWEEP + ["--ranks", "64", "--data", tmp_path, "--", "--model", "lenet"],
                timeout=60)
     assert "only emulated compute (--model emulate) may oversubscribe" in p.stderr
+
+
+def test_default_out_is_under_runs(tmp_path):
+    p = run_py(SWEEP + ["--data", tmp_path, "--reader", "naive", "--dry-run"], timeout=60,
+               cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert f" --out {tmp_path}/runs/sweep-" in p.stdout

@@ -94,8 +94,8 @@ def _add_output(p):
                    help="write into an existing directory; replaces only files an earlier "
                         "hpcio dataset there wrote, never anything else")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction,
-                   default=None, help="progress bar on rank 0 (default: when stderr is a "
-                                      "terminal)")
+                   default=None, help="progress bar on rank 0's stderr (default: a bar on a "
+                                      "terminal, else a plain line every 20 s)")
 
 
 def build_parser():
@@ -108,7 +108,7 @@ def build_parser():
                "  python -m hpcio.datagen generate /tmp/mnist --preset mnist --records 6000"
                " --format lmdb\n"
                "  mpiexec -n 4 python -m hpcio.datagen generate /scratch/inet --preset "
-               "imagenet --format packed --shards 64\n"
+               "imagenet --records 100000 --format packed --shards 64\n"
                "  python -m hpcio.datagen import mnist ~/mnist /tmp/mnist-h5 --format hdf5 "
                "--encoding raw\n"
                "  python -m hpcio.datagen generate /tmp/mnist-ldb --format leveldb "
@@ -184,7 +184,8 @@ def build_parser():
 
 
 def _progress_default(flag):
-    return sys.stderr.isatty() if flag is None else flag
+    """--progress: a bar; --no-progress: none; neither: a bar on a terminal, else lines."""
+    return "auto" if flag is None else flag
 
 
 def _format_options(a):

@@ -22,6 +22,7 @@ from ..formats.base import Block, Spec, record_ranges, write_error
 from ..fsutil import atomic_json
 from ..measure import probes
 from ..mpiutil import on_root, raise_everywhere
+from ..progress import Progress
 from . import pictures
 from .dataset import INDEX, KIND, MANIFEST, Dataset, RecordIndex, is_dataset, open_dataset
 from .presets import get_preset
@@ -215,21 +216,22 @@ def _mark(out, targets):
 # ---- progress -------------------------------------------------------------------------------
 
 class _Progress:
-    """A tqdm bar on rank 0 over all ranks' records: other ranks send a small count per
-    block (non-blocking) that rank 0 folds in whenever it finishes a block of its own."""
+    """Progress on rank 0 over all ranks' records (:class:`hpcio.progress.Progress`;
+    ``mode`` True is a bar, False none): other ranks send a small count per block
+    (non-blocking) that rank 0 folds in whenever it finishes a block of its own."""
 
     TAG = 0x4847
 
-    def __init__(self, comm, total, enabled, desc):
+    def __init__(self, comm, total, mode, desc):
         self.comm = comm
         self.size = comm.Get_size() if comm is not None else 1
         self.rank = comm.Get_rank() if comm is not None else 0
-        self.on = bool(enabled)
+        mode = {True: "bar", False: "off", None: "off"}.get(mode, mode)
+        self.on = mode != "off"
         self.reqs, self.done, self.bar = [], 0, None
         if self.on and self.rank == 0:
-            from tqdm import tqdm
-            self.bar = tqdm(total=total, unit="rec", desc=desc, file=sys.stderr,
-                            dynamic_ncols=True, smoothing=0.05)
+            self.bar = Progress(total, "rec", desc, file=sys.stderr, mode=mode,
+                                smoothing=0.05)
 
     def add(self, n):
         if not self.on:

@@ -9,6 +9,7 @@ import argparse
 from ..cli import ArgumentParser, integer, load_config, positive, seconds
 from ..errors import HpcioError
 from ..plan import SHUFFLES
+from ..progress import EVERY
 from ..readers import READERS, check_options
 from ..readers.hints import parse_hints
 from .emulate import DISTRIBUTIONS
@@ -122,9 +123,12 @@ def build_parser():
                    help="a rank that makes no progress for S seconds (waiting for a batch, "
                         "the stop vote, a collective) names what it waits for and ends the "
                         "job with exit code 3 (0: never)")
-    g.add_argument("--progress", default="auto", choices=("auto", "on", "off"),
-                   help="progress bar on rank 0 (auto: when its stdout is a terminal; under "
-                        "mpiexec or srun it is a pipe, so say on)")
+    g.add_argument("--progress", default="auto", choices=("auto", "on", "lines", "off"),
+                   help="progress on rank 0's stdout: on, a bar; lines, a plain line every "
+                        "--progress-interval seconds; auto, a bar on a terminal, else lines "
+                        "(under mpiexec or srun stdout is a pipe)")
+    g.add_argument("--progress-interval", type=seconds, default=EVERY, metavar="S",
+                   help="seconds between progress lines")
     return p
 
 

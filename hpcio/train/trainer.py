@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from ..analysis.summary import format_table, summarize
 from ..cache import cache_state
@@ -41,6 +40,7 @@ from ..measure.sampler import Sampler
 from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
 from ..mpiutil import on_root
 from ..plan import make_plan
+from ..progress import Progress
 from ..readers import READERS, check_dataset, make_reader
 from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpoint
 from .dist import check_dist, init_world, make_dist, pick_device
@@ -178,13 +178,12 @@ def _check_space(args, world, model, out, steps_per_epoch):
 
 
 def _progress(args, world, total):
-    if world.rank != 0:
+    """On rank 0's stdout: stderr carries the one-line errors that sweeps collect."""
+    if world.rank != 0 or args.progress == "off":
         return None
-    on = args.progress == "on" or (args.progress == "auto" and sys.stdout.isatty())
-    if not on:
-        return None
-    return tqdm(total=total, unit="step", file=sys.stdout, dynamic_ncols=True,
-                leave=False)
+    mode = {"on": "bar"}.get(args.progress, args.progress)
+    return Progress(total, "step", "training", file=sys.stdout, mode=mode,
+                    every=args.progress_interval, leave=False)
 
 
 def _jsonable(v):
