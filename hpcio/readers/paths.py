@@ -48,6 +48,11 @@ from .requests import advise_ranges
 __all__ = ["PATHS", "choose", "Views", "RecordFiles", "H5Parallel", "NodeShared"]
 
 
+# advice spans holes up to this (LMDB's page headers between values): one call per run of
+# neighbouring records, where the reads themselves skip the holes
+ADVISE_GAP = 32 << 10
+
+
 def _mpi():
     from mpi4py import MPI
     return MPI
@@ -80,7 +85,7 @@ class _Path:
             return
         idx = self.ds.index
         f, start, n = advise_ranges(idx.file[r.ids], idx.offset[r.ids], idx.length[r.ids],
-                                    self.rd.sieve_gap)
+                                    ADVISE_GAP)
         t0 = time.perf_counter()
         for j, a, k in zip(f.tolist(), start.tolist(), n.tolist()):
             os.posix_fadvise(self._fds[j], a, k, os.POSIX_FADV_WILLNEED)
