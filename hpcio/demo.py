@@ -48,6 +48,7 @@ DELAY_US = 500
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
                       "pfs-local.sh")
 STATE = "/run/hpcio-pfs/state"
+NO_TESTBED = "GlusterFS testbed skipped (--no-testbed)"
 
 
 def compute_per_step(accelerator, batch):
@@ -316,7 +317,7 @@ def main(argv=None):
                        "--preset", a.preset, "--records", a.records, "--format", a.format,
                        "--shards", max(ranks + local)])
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    why = "testbed skipped (--no-testbed)" if a.no_testbed else testbed_skipped()
+    why = NO_TESTBED if a.no_testbed else testbed_skipped()
     with contextlib.ExitStack() as stack:
         tb = None
         if why is None:
@@ -337,8 +338,9 @@ def main(argv=None):
                              remote, ranks, drop=True), a, train, launch, stamp)
     _measure(Storage("local", "local disk", data, local, drop=False), a, train, launch,
              stamp)
-    print(f"\nDefinitions: stall = time a step waited for its batch; AU = compute / wall "
-          f"(MLPerf Storage's rule: each epoch's first step left out); runs in "
+    print(f"\nDefinitions: stall % = time the steps waited for their batch, every step "
+          f"counted; AU % = compute / wall by MLPerf Storage's rule, which leaves each "
+          f"epoch's first step out (where naive's mmap read-around waits longest). Runs in "
           f"{os.path.join(a.workdir, 'runs')}. Done in {time.perf_counter() - t0:.0f} s.",
           flush=True)
     return 0
