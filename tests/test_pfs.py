@@ -93,7 +93,7 @@ def testbed(tmp_path_factory):
         pytest.skip(p.stderr.strip())
     assert p.returncode == 0, p.stderr
     yield {"mount": mnt, "data": data, "tmp": tmp, **state()}
-    pfs("stop", "--wipe")       # when a test failed before test_stop_leaves_nothing
+    pfs("stop", "--wipe", "--data", data)   # when a test failed before test_stop_leaves_nothing
 
 
 def test_status_reports_every_component_up(testbed):
