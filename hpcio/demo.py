@@ -100,6 +100,12 @@ def _pfs(*args):
                           timeout=300)
 
 
+def _state():
+    """What ``pfs-local.sh start`` recorded of the testbed up (MOUNT, DELAY_US, ...)."""
+    with open(STATE) as f:
+        return dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+
+
 def testbed_skipped(euid=None):
     """Why the testbed cannot be used here (one line), or None."""
     if (os.geteuid() if euid is None else euid) != 0:
@@ -116,8 +122,7 @@ def testbed(delay_us=DELAY_US, mount=None, data=None):
     """The GlusterFS testbed: the one up already (left up), else one started here with
     ``delay_us`` per request and stopped on the way out, whatever happens."""
     if _pfs("status").returncode == 0:
-        with open(STATE) as f:
-            st = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+        st = _state()
         yield Testbed(st["MOUNT"], int(st.get("DELAY_US") or 0), started=False)
         return
     extra = (["--mount", mount] if mount else []) + (["--data", data] if data else [])
@@ -127,9 +132,7 @@ def testbed(delay_us=DELAY_US, mount=None, data=None):
                          + (p.stderr.strip().splitlines() or ["?"])[-1])
     print(p.stdout.strip(), flush=True)
     try:
-        with open(STATE) as f:
-            st = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
-        yield Testbed(st["MOUNT"], delay_us, started=True)
+        yield Testbed(_state()["MOUNT"], delay_us, started=True)
     finally:
         p = _pfs("stop")
         print((p.stdout + p.stderr).strip(), flush=True)
@@ -144,7 +147,7 @@ def _copy_dataset(src, dst):
         with open(os.path.join(dst, "hpcio.json"), "rb") as f:
             if f.read() == manifest:
                 return False
-        shutil.rmtree(dst)
+    shutil.rmtree(dst, ignore_errors=True)
     tmp = f"{dst}.copying"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(src, tmp)

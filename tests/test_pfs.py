@@ -2,23 +2,23 @@
 FUSE-mounted), with per-request delay, for hpcio's runs against network storage.
 
 Needs root and Debian's glusterfs packages (the script installs them; the test skips when it
-cannot). It brings a testbed up and down (~30 s): it runs in its own CI lane (.ci/lane-pfs);
-``make test`` deselects it (``-m "not lane"``).
+cannot). It brings a testbed up and down and runs ``hpcio.demo`` on it at a tiny size (~70 s
+in all): it runs in its own CI lane (.ci/lane-pfs); ``make test`` deselects it
+(``-m "not lane"``).
 """
 
+import json
 import os
 import subprocess
 import sys
 import time
-
-import json
 
 import pytest
 
 from hpcio import demo
 from hpcio.cache import cold_scope
 
-pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.lane]  # daemons, a mount, ~30 s
+pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.lane]  # daemons, a mount, ~70 s
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
                       "pfs-local.sh")
