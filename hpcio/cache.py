@@ -5,7 +5,9 @@
   node, plus ``echo 1 > /proc/sys/vm/drop_caches`` when asked for and allowed (root).
   Neither evicts pages that a *live* process still has mapped: open memory-mapped readers
   (LMDB) after evicting. On a VM the host may still cache the disk, so "cold" figures are
-  upper bounds.
+  upper bounds. What it cleared and what it could not is part of its record
+  (:func:`cold_scope`): on a network file system the servers' caches are out of a client's
+  reach, and a run that says "cold" there may have read from the servers' memory.
 * ``warm``: a full sequential read of every file first (split between each node's ranks).
 * ``asis``: nothing is done (the cache is whatever it is; the resident fraction says).
 
@@ -23,14 +25,19 @@ import time
 import numpy as np
 
 from .errors import HpcioError
-from .fsutil import aligned_empty
+from .fsutil import aligned_empty, fs_type
 from .fsutil import evict as evict_file
 from .mpiutil import node_comm, on_root
 
 __all__ = ["CACHE_MODES", "cache_state", "evict", "warm", "resident_fraction",
-           "resident_bytes", "drop_caches", "read_file"]
+           "resident_bytes", "drop_caches", "read_file", "cold_scope", "describe"]
 
 PIECE = 8 << 20
+# file systems whose data lives on servers (a FUSE mount, "fuse.*", counts as one too)
+NETWORK_FS = {"nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph", "cifs", "smb3", "9p",
+              "orangefs", "pvfs2", "glusterfs", "wekafs", "panfs", "afs", "virtiofs"}
+# the single-machine GlusterFS testbed (scripts/pfs-local.sh) records its mount here
+TESTBED_STATE = "/run/hpcio-pfs/state"
 
 
 def _node(comm):
@@ -77,7 +84,62 @@ def evict(ds, comm=None, drop=False):
             dropped = node.allreduce(int(dropped)) > 0
             node.Free()
     return {"mode": "cold", "files": n, "drop_caches": bool(dropped),
-            "seconds": time.perf_counter() - t0}
+            "seconds": time.perf_counter() - t0,
+            **cold_scope(ds.paths[0] if ds.paths else ".", drop, dropped)}
+
+
+def _testbed_mount():
+    """The mount point of the GlusterFS testbed that is up on this machine, or None."""
+    try:
+        with open(TESTBED_STATE) as f:
+            state = dict(line.rstrip("\n").split("=", 1) for line in f if "=" in line)
+    except OSError:
+        return None
+    return state.get("MOUNT") or None
+
+
+def cold_scope(path, asked=False, dropped=False):
+    """Which caches a cold start cleared for the files at ``path`` and which it could not
+    (``asked``: drop_caches was asked for; ``dropped``: the kernel took it). Network and
+    FUSE file systems keep caches on the servers and in the client daemon, beyond fadvise
+    and drop_caches; on the single-machine testbed the bricks share this kernel's page
+    cache, so drop_caches clears them too (its client's own caches are off)."""
+    kind = fs_type(path)
+    mnt = _testbed_mount()
+    testbed = (kind.startswith("fuse.gluster") and mnt is not None
+               and os.path.realpath(path).startswith(os.path.realpath(mnt).rstrip("/") + "/"))
+    network = kind in NETWORK_FS or kind.startswith("fuse")
+    cleared = [("client " if network else "") + "page cache of the dataset's files "
+               "(fadvise DONTNEED)"]
+    not_cleared = []
+    if dropped:
+        cleared.append("kernel page cache (drop_caches)" + (
+            ", where this single-machine testbed's bricks keep their pages" if testbed
+            else ""))
+    elif asked:
+        not_cleared.append("kernel page cache (drop_caches refused: needs root)")
+    if kind in ("tmpfs", "ramfs"):
+        not_cleared.append(f"the files themselves ({kind} keeps them in memory)")
+    elif testbed:
+        if not dropped:
+            not_cleared.append("the testbed bricks' page cache (--drop-caches as root "
+                               "clears it)")
+    elif network:
+        not_cleared.append(f"servers' caches of {kind} (out of this client's reach)")
+        if kind.startswith("fuse"):
+            not_cleared.append(f"the FUSE client daemon's own caches ({kind})")
+    else:
+        not_cleared.append("the disk's own cache (on a VM, the host's cache of its disk)")
+    return {"fs_type": kind, "testbed": testbed, "cleared": cleared,
+            "not_cleared": not_cleared}
+
+
+def describe(info):
+    """One line on what a cache state did: for ``cold``, what it cleared and what not."""
+    if not info or info.get("mode") != "cold" or "cleared" not in info:
+        return f"cache {(info or {}).get('mode', '?')}"
+    return (f"cache cold on {info['fs_type']}: cleared {'; '.join(info['cleared'])}; "
+            f"not cleared: {'; '.join(info['not_cleared']) or 'none'}")
 
 
 def read_file(path, buf=None, piece=PIECE):

@@ -5,8 +5,10 @@ import os
 
 import pytest
 
-from hpcio.cache import CACHE_MODES, cache_state, evict, resident_fraction, warm
+from hpcio.cache import (CACHE_MODES, NETWORK_FS, cache_state, cold_scope, describe, evict,
+                         resident_fraction, warm)
 from hpcio.errors import HpcioError
+from hpcio.fsutil import fs_type
 
 from common.datasets import make_dataset
 from common.mpi import run_mpi
@@ -68,3 +70,31 @@ def test_under_mpi(tmp_path, ds, n):
     _, w, c, w2, files, nbytes = p.stdout.split()
     assert float(w) == 1.0 and float(c) < 0.05 and float(w2) == 1.0
     assert int(files) == len(ds.paths) and int(nbytes) == int(ds.index.file_bytes.sum())
+
+
+def test_cold_says_what_it_cleared_and_what_not(ds):
+    info = evict(ds, drop=os.geteuid() != 0)        # asked for; refused unless root
+    assert info["fs_type"] == fs_type(ds.root) and not info["testbed"]
+    assert any("fadvise" in c for c in info["cleared"])
+    if info["fs_type"] in ("tmpfs", "ramfs"):
+        assert "in memory" in info["not_cleared"][0]
+    else:
+        assert any("disk's own cache" in c for c in info["not_cleared"])
+    refused = [c for c in info["not_cleared"] if "drop_caches refused" in c]
+    assert len(refused) == (os.geteuid() != 0)
+    line = describe(info)
+    assert line.startswith(f"cache cold on {info['fs_type']}: cleared ") and "\n" not in line
+    assert describe(cache_state("warm", ds)) == "cache warm"
+
+
+def test_cold_scope_of_a_network_file_system_names_the_servers(tmp_path):
+    with open("/proc/self/mounts") as f:
+        net = [(m, t) for _, m, t, *_ in map(str.split, f)
+               if (t in NETWORK_FS or t.startswith("fuse")) and os.path.isdir(m)]
+    if not net:
+        pytest.skip("no network or FUSE file system mounted here")
+    mnt, kind = net[0]
+    scope = cold_scope(os.path.join(mnt, "x"), asked=False, dropped=False)
+    assert scope["fs_type"] == kind
+    if not scope["testbed"]:
+        assert any("servers' caches" in c for c in scope["not_cleared"])

@@ -2,10 +2,12 @@
 FUSE-mounted), with per-request delay, for hpcio's runs against network storage.
 
 Needs root and Debian's glusterfs packages (the script installs them; the test skips when it
-cannot). It brings a testbed up and down (~30 s): it runs in its own CI lane (.ci/lane-pfs);
-``make test`` deselects it (``-m "not lane"``).
+cannot). It brings a testbed up and down and runs ``hpcio.demo`` on it at a tiny size (~70 s
+in all): it runs in its own CI lane (.ci/lane-pfs); ``make test`` deselects it
+(``-m "not lane"``).
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -13,7 +15,10 @@ import time
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.lane]  # daemons, a mount, ~30 s
+from hpcio import demo
+from hpcio.cache import cold_scope
+
+pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.lane]  # daemons, a mount, ~70 s
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
                       "pfs-local.sh")
@@ -88,7 +93,7 @@ def testbed(tmp_path_factory):
         pytest.skip(p.stderr.strip())
     assert p.returncode == 0, p.stderr
     yield {"mount": mnt, "data": data, "tmp": tmp, **state()}
-    pfs("stop", "--wipe")       # when a test failed before test_stop_leaves_nothing
+    pfs("stop", "--wipe", "--data", data)   # when a test failed before test_stop_leaves_nothing
 
 
 def test_status_reports_every_component_up(testbed):
@@ -151,6 +156,43 @@ def test_not_root_refused(testbed):
     assert "needs root" in one_error_line(p)
 
 
+def test_cold_without_drop_caches_says_the_bricks_kept_their_pages(testbed):
+    scope = cold_scope(os.path.join(testbed["mount"], "x"), asked=False, dropped=False)
+    assert scope["testbed"] and scope["fs_type"] == "fuse.glusterfs"
+    assert any("bricks' page cache" in c for c in scope["not_cleared"])
+    scope = cold_scope(os.path.join(testbed["mount"], "x"), asked=True, dropped=True)
+    assert scope["not_cleared"] == [] and "bricks" in scope["cleared"][-1]
+
+
+def test_demo_runs_on_the_testbed_up_and_leaves_it_up(testbed):
+    work = testbed["tmp"] / "demo"
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep +
+               os.environ["PATH"])
+    p = subprocess.run([sys.executable, "-m", "hpcio.demo", "--workdir", str(work),
+                        "--records", "128", "--ranks", "1,2", "--local-ranks", "1",
+                        "--repeats", "1", "--batch", "8"],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    out = p.stdout
+    assert (f"GlusterFS testbed at {testbed['mount']}, {DELAY_US} us per request (up "
+            f"already: used and left up)") in out
+    assert "pfs-local: stopped" not in out and pfs("status").returncode == 0
+    rows = out[out.index(f"GlusterFS testbed ({DELAY_US} us per request), 1 repeat(s)"):]
+    rows = rows.splitlines()
+    assert [r.split()[0] for r in rows[2:4]] == ["1", "2"]
+    assert "bricks keep their pages; not cleared: none" in rows[4]
+    assert "local disk, 1 repeat(s)" in out
+    runs = sorted(os.listdir(work / "runs"))
+    assert len(runs) == 6 and sum("-testbed-" in r for r in runs) == 4
+    with open(work / "runs" / next(r for r in runs if "-testbed-" in r) / "summary.json") as f:
+        cache = json.load(f)["cache"]
+    assert cache["testbed"] and cache["drop_caches"] and cache["not_cleared"] == []
+    assert sorted(d.rsplit("-", 1)[1] for d in os.listdir(work) if d.startswith("report-")) \
+        == ["local", "testbed"]
+    assert os.path.isfile(os.path.join(testbed["mount"], "hpcio-demo", "imagenet-128.lmdb",
+                                       "hpcio.json"))
+
+
 def test_stop_leaves_nothing(testbed):
     pids = [testbed["GLUSTERD"], testbed["CLIENT"]]
     bricks = subprocess.run(["ip", "netns", "pids", NETNS], capture_output=True,
@@ -178,3 +220,20 @@ def test_non_empty_mount_point_refused_and_nothing_started(testbed):
     assert time.monotonic() - t < 30
     assert (mnt / "keep").read_text() == "mine"
     assert not os.path.exists(STATE) and not namespace_up() and not mounted(str(mnt))
+
+
+def test_demo_stops_the_testbed_it_started_also_on_error(tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root (network namespace, FUSE mount)")
+    if os.path.exists(STATE) or namespace_up():
+        pytest.skip(f"a testbed is already up here ({STATE}); not touching it")
+    mnt, data = str(tmp_path / "mnt"), str(tmp_path / "data")
+    try:
+        with pytest.raises(RuntimeError, match="inside"):
+            with demo.testbed(DELAY_US, mount=mnt, data=data) as tb:
+                assert tb.started and tb.delay_us == DELAY_US and tb.mount == mnt
+                assert mounted(mnt)
+                raise RuntimeError("inside")
+        assert not mounted(mnt) and not namespace_up() and pfs("status").returncode == 3
+    finally:
+        pfs("stop", "--wipe", "--data", data)

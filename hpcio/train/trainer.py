@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..analysis.summary import format_table, summarize
-from ..cache import cache_state
+from ..cache import cache_state, describe
 from ..data.dataset import open_dataset
 from ..errors import HpcioError, report_to
 from ..measure import darshan
@@ -557,6 +557,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
                          "as MLPerf Storage does, au_percent_all_steps counts every step; "
                          "samples/s and MiB/s count every step",
         "metrics": figures,
+        "cache": epochs[0]["cache"] if epochs else None,
         "disk_read_bytes": disk,
         "checkpoints": {"count": len(ckpts),
                         "seconds": sum(c["seconds"] for c in ckpts),
@@ -573,6 +574,8 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         text = title + "\n  no step completed"
     else:
         text = format_table(figures, title)
+    if args.cache == "cold" and epochs:
+        text += f"\n  {describe(epochs[0]['cache'])}"
     if ckpts:
         text += (f"\n  checkpoints: {len(ckpts)}, {summary['checkpoints']['seconds']:.3f} s, "
                  f"{summary['checkpoints']['mib_per_s_mean']:.1f} MiB/s mean")
