@@ -1,6 +1,7 @@
 """Accelerator utilisation of emulated training against the storage's own limit.
 
     python benchmarks/bench_train.py [--dir DIR] [--records 4096] [--format lmdb]
+                                     [--encoding raw|jpeg] [--ranks 1 2] [--loads quiet busy]
                                      [--fractions 0.5 0.8] [--repeats 3] [--steps N]
                                      [--readers naive coordinated coordinated:ramp=false]
 
@@ -27,14 +28,19 @@ storage can deliver, does the reader keep the (emulated) accelerators busy? Step
    reader options (e.g. ``coordinated:ramp=false`` for the reader without its epoch-start
    ramp); ``--steps N`` caps the steps per epoch.
 
-Reported per (fraction, reader): median AU % over every step with the min-max spread,
+``--loads busy`` runs one busy-loop process beside each run (other work on a shared node);
+each run's CPU seconds (user + system, every rank's epochs) per 1,000 samples and minor
+faults per epoch come from its ``rank-R.json``, and each reader after the first is given as
+ratios to the first (samples/s, CPU per sample), medians of the interleaved pairs.
+
+Reported per (fraction, ranks, load, reader): median AU % over every step with the min-max spread,
 median AU % by MLPerf Storage's rule, the first-step wait (the stall of each epoch's
 first step, mean over ranks and epochs), MiB/s and stall % (every step). Target
 (``--target``): AU over every step >= 90% for the coordinated reader at every demand. The
 VM's disk sits on the host's page cache, so "cold" bandwidths are upper bounds
 (BENCHMARKING.md).
 
-Measured here before AU was also given over every step (MLPerf Storage's rule: each
+Measured here with the coordinated reader's earlier defaults, before AU was also given over every step (MLPerf Storage's rule: each
 epoch's first step excluded; 2-core VM, 2 ranks, 4096 records = 768 MiB LMDB, batch
 64/rank, 2 epochs, cold sequential 2063 MiB/s, median (min-max) of 3 interleaved runs)::
 
