@@ -69,9 +69,14 @@ node_of() {                    # hpcio-n3 or 3 -> 3
   echo "$k"
 }
 in_node() { local k=$1; shift; nsenter -t "$(var HOLDER "$k")" -u -n -m -- "$@"; }
-holds() {                      # the holder of node k is ours and alive
+ns_ids() { readlink "/proc/$1/ns/uts" "/proc/$1/ns/net" "/proc/$1/ns/mnt" 2>/dev/null | tr '\n' ' '; }
+holds() {                      # the holder of node k is alive and still holds its namespaces
   local p; p=$(var HOLDER "$1")
-  alive "$p" && [ "$(readlink "/proc/$p/ns/uts")" != "$(readlink /proc/1/ns/uts)" ]
+  alive "$p" && [ "$(ns_ids "$p")" = "$(var NSIDS "$1")" ]
+}
+unshared() {                   # pid $1 has left all three of this shell's namespaces
+  local a b; a=($(ns_ids "$1")) b=($(ns_ids $$))
+  [ ${#a[@]} = 3 ] && [ "${a[0]}" != "${b[0]}" ] && [ "${a[1]}" != "${b[1]}" ] && [ "${a[2]}" != "${b[2]}" ]
 }
 mounted_in() { in_node "$1" grep -q " $MOUNT fuse.glusterfs " /proc/self/mounts; }
 conf_env() { echo "SLURM_CONF=$STATE/slurm.conf"; }
@@ -188,7 +193,9 @@ start_node() {                 # namespaces held by a sleep, a veth to the bridg
   setsid unshare --uts --net --mount --propagation private -- sleep infinity \
     </dev/null >/dev/null 2>&1 &
   save "HOLDER$k" $!
-  wait_for 5 holds "$k" || die "$n: namespaces did not come up"
+  # until unshare has run, the pid is in this machine's namespaces: never enter it before
+  wait_for 5 unshared "$(var HOLDER "$k")" || die "$n: namespaces did not come up"
+  save "NSIDS$k" "$(ns_ids "$(var HOLDER "$k")")"
   in_node "$k" hostname "$n"
   quiet "$n: veth" ip link add "$h" type veth peer name eth0 netns "/proc/$(var HOLDER "$k")/ns/net"
   quiet "$n: veth" ip link set "$h" master "$BR" up
@@ -354,6 +361,7 @@ end_pids() {                   # TERM, then KILL after 5 s, only the pids given
 
 in_ns_of() {                   # pids whose network namespace is that of pid $1 (but $1)
   local ns p; ns=$(readlink "/proc/$1/ns/net" 2>/dev/null) || return 0
+  [ "$ns" != "$(readlink /proc/$$/ns/net)" ] || return 0     # never this machine's own
   for p in /proc/[0-9]*; do
     p=${p#/proc/}
     [ "$p" != "$1" ] && [ "$(readlink "/proc/$p/ns/net" 2>/dev/null)" = "$ns" ] && echo "$p"
@@ -370,18 +378,20 @@ teardown() {
   end_pids "${pids[@]}"
   alive "${SLURMCTLD:-}" && end_pids "$SLURMCTLD"
   for k in $(seq "${NODES:-0}"); do
-    holds "$k" || continue
-    in_node "$k" umount "$MOUNT" 2>/dev/null || in_node "$k" umount -l "$MOUNT" 2>/dev/null || true
-    mapfile -t pids < <(in_ns_of "$(var HOLDER "$k")")     # ranks, steps, the client: all in the node
-    end_pids "${pids[@]}"
-    end_pids "$(var HOLDER "$k")"
+    p=$(var HOLDER "$k")
+    if holds "$k"; then
+      in_node "$k" umount "$MOUNT" 2>/dev/null || in_node "$k" umount -l "$MOUNT" 2>/dev/null || true
+      mapfile -t pids < <(in_ns_of "$p")       # ranks, steps, the client: all in the node
+      end_pids "${pids[@]}"
+    fi
+    if alive "$p" && grep -qaE '^(sleep|unshare)' "/proc/$p/cmdline"; then end_pids "$p"; fi
   done
   alive "${MUNGED:-}" && end_pids "$MUNGED"
   for k in $(seq "${NODES:-0}"); do ip link del "hpcn${k}h" 2>/dev/null || true; done
-  [ -n "${MADE_BR:-}" ] && ip link del "$BR" 2>/dev/null
-  [ -n "${PFS_ROUTE:-}" ] && ip -n "$PFS_NS" route del "10.254.$NET.0/24" 2>/dev/null
-  [ -n "${PFS_IF:-}" ] && sysctl -qw "net.ipv4.conf.$PFS_IF.forwarding=${FWD_PFS:-0}" 2>/dev/null
-  [ -n "${PFS_STARTED:-}" ] && "$PFS" stop >/dev/null 2>&1
+  [ -n "${MADE_BR:-}" ] && { ip link del "$BR" 2>/dev/null || true; }
+  [ -n "${PFS_ROUTE:-}" ] && { ip -n "$PFS_NS" route del "10.254.$NET.0/24" 2>/dev/null || true; }
+  [ -n "${PFS_IF:-}" ] && { sysctl -qw "net.ipv4.conf.$PFS_IF.forwarding=${FWD_PFS:-0}" 2>/dev/null || true; }
+  [ -n "${PFS_STARTED:-}" ] && { "$PFS" stop >/dev/null 2>&1 || true; }
   rm -rf "$STATE"
   true
 }

@@ -7,9 +7,15 @@ set -euo pipefail
 cmd=${1:-start}
 conf=/etc/slurm/slurm.conf
 
-stop() {
-  pkill -x slurmd 2>/dev/null || true
-  pkill -x slurmctld 2>/dev/null || true
+stop() {                       # by pid file: other slurmds here (cluster-local.sh) stay up
+  local f p
+  for f in /run/slurmd.pid /run/slurmctld.pid; do
+    p=$(cat "$f" 2>/dev/null) || continue
+    if tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -qE '^(/usr/sbin/)?slurm(ctl)?d'; then
+      kill "$p" 2>/dev/null || true
+    fi
+    rm -f "$f"
+  done
 }
 
 if [ "$cmd" = stop ]; then stop; exit 0; fi
