@@ -20,6 +20,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
+import socket
 import time
 
 import numpy as np
@@ -30,7 +31,8 @@ from .fsutil import evict as evict_file
 from .mpiutil import node_comm, on_root
 
 __all__ = ["CACHE_MODES", "cache_state", "evict", "warm", "resident_fraction",
-           "resident_bytes", "drop_caches", "read_file", "cold_scope", "describe"]
+           "resident_bytes", "drop_caches", "read_file", "cold_scope", "describe", "per_node",
+           "warm_nodes_line", "WARM_AFTER_COLD"]
 
 PIECE = 8 << 20
 # file systems whose data lives on servers (a FUSE mount, "fuse.*", counts as one too)
@@ -190,7 +192,10 @@ CACHE_MODES = {"cold": evict, "warm": warm, "asis": _asis}
 def cache_state(mode, ds, comm=None, drop=False, measure=True):
     """Put the dataset's files in cache state ``mode`` (``cold``, ``warm`` or ``asis``) on
     every node; returns a dict of what was done and, with ``measure``, the fraction of the
-    files' pages resident afterwards (measured on rank 0). Collective over ``comm``."""
+    files' pages resident afterwards: ``resident`` on rank 0's node (every rank), and on
+    rank 0 ``nodes``, one record per node (host, ranks, resident, what it did), and for
+    ``cold`` the ``warm_nodes`` that kept more than :data:`WARM_AFTER_COLD` of the pages.
+    Collective over ``comm``."""
     try:
         fn = CACHE_MODES[mode]
     except KeyError:
@@ -200,8 +205,54 @@ def cache_state(mode, ds, comm=None, drop=False, measure=True):
     if comm is not None and comm.Get_size() > 1:
         comm.Barrier()
     if measure:
-        info["resident"] = on_root(comm, lambda: resident_fraction(ds.paths), share=True)
+        nodes = per_node(ds, comm, info)
+        resident = nodes[0]["resident"] if nodes else None
+        if comm is not None and comm.Get_size() > 1:
+            resident = comm.bcast(resident, root=0)
+        info["resident"] = resident
+        if nodes:
+            info["nodes"] = nodes
+            if mode == "cold":
+                info["warm_nodes"] = [n["host"] for n in nodes
+                                      if n["resident"] > WARM_AFTER_COLD]
     return info
+
+
+# a cold start that leaves more of the dataset than this in a node's page cache did not work
+# there (pages a live process maps stay; fadvise's leftovers are a few pages)
+WARM_AFTER_COLD = 0.05
+
+
+def per_node(ds, comm, info):
+    """One record per node, in node order, on rank 0 (None elsewhere): its hostname, ranks,
+    what the cache state did there (files evicted, drop_caches, bytes read) and the fraction
+    of the dataset resident in its page cache now (``mincore`` by the node's first rank: on a
+    cluster every node has its own cache, and a cold start that missed one reads from
+    memory there). Collective over ``comm``; one small gather per call."""
+    lrank, lsize, node = _node(comm)
+    if node is not None:
+        node.Free()
+    mine = None
+    if lrank == 0:
+        mine = {"host": socket.gethostname(), "ranks": lsize,
+                "resident": resident_fraction(ds.paths)}
+        mine.update({k: info[k] for k in ("files", "drop_caches", "bytes") if k in info})
+    if comm is None or comm.Get_size() == 1:
+        return [mine]
+    nodes = comm.gather(mine, root=0)
+    return [n for n in nodes if n is not None] if nodes is not None else None
+
+
+def warm_nodes_line(info):
+    """One line naming the nodes a cold start left warm, or None when every node went
+    cold (or nothing per node was measured)."""
+    warm = (info or {}).get("warm_nodes")
+    if not warm:
+        return None
+    res = {n["host"]: n["resident"] for n in info["nodes"]}
+    hosts = ", ".join(f"{h} {100 * res[h]:.0f}%" for h in warm)
+    return (f"cache NOT cold on {len(warm)} of {len(info['nodes'])} node(s): {hosts} of the "
+            f"dataset still in the page cache after eviction (a live mapping holds it?)")
 
 
 # ---- mincore ----------------------------------------------------------------------

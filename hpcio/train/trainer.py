@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from ..analysis.summary import format_table, summarize
-from ..cache import cache_state, describe
+from ..cache import cache_state, describe, warm_nodes_line
 from ..data.dataset import open_dataset
 from ..errors import HpcioError, report_to
 from ..measure import darshan
@@ -220,6 +220,7 @@ class Run:
     fault: object = None
     t_begin: float = 0.0
     watchdog: Watchdog = None
+    env: dict = None  # rank 0's env.json, rewritten once the cache state is known per node
 
 
 @dataclass
@@ -322,7 +323,7 @@ def setup(args):
         out.yaml("config.yaml", _jsonable(config))
         out.json("env.json", env)
     return Run(args, world, device, ds, model, optimizer, dist, step_fn, pipe, out, ropts,
-               reopen, steps_per_epoch, threads, ckpt_dir, _fault(), t_begin, wd)
+               reopen, steps_per_epoch, threads, ckpt_dir, _fault(), t_begin, wd, env)
 
 
 # what a rank waits for, as the watchdog says it
@@ -370,6 +371,8 @@ def train(run):
                 reader.close()
                 reader = None
             cache = cache_state(args.cache, run.ds, world.comm, drop=args.drop_caches)
+            if epoch == 0 and world.rank == 0:
+                _record_cache(run, cache)
             if reader is None:
                 reader = make_reader(args.reader, run.ds, world.comm, **run.reader_options)
             plan = plan_of(epoch)
@@ -528,6 +531,19 @@ def main(argv=None):
     return 0
 
 
+def _record_cache(run, cache):
+    """Rank 0: env.json gets the first epoch's cache state per node (host, resident after);
+    a cold start that left a node warm is said at once, in one line."""
+    per = {k: cache[k] for k in ("mode", "nodes", "warm_nodes") if k in cache}
+    if "warm_nodes" in per:
+        per["cold_everywhere"] = not per["warm_nodes"]
+    run.env["cache"] = _jsonable(per)
+    run.out.json("env.json", run.env)
+    line = warm_nodes_line(cache)
+    if line:
+        print(f"hpcio.train: {line}", file=sys.stderr, flush=True)
+
+
 def _checkpoint(ckpt_dir, model, optimizer, epoch, step, gstep):
     rec = save_checkpoint(ckpt_dir, model, optimizer, epoch, step)
     rec["global_step"] = gstep
@@ -576,6 +592,9 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         text = format_table(figures, title)
     if args.cache == "cold" and epochs:
         text += f"\n  {describe(epochs[0]['cache'])}"
+        warm = warm_nodes_line(epochs[0]["cache"])
+        if warm:
+            text += f"\n  {warm}"
     if ckpts:
         text += (f"\n  checkpoints: {len(ckpts)}, {summary['checkpoints']['seconds']:.3f} s, "
                  f"{summary['checkpoints']['mib_per_s_mean']:.1f} MiB/s mean")
