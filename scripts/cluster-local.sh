@@ -214,9 +214,9 @@ mount_node() {                 # the node's own client, with the testbed's clien
   quiet "$n: mount" in_node "$k" glusterfs --process-name fuse --volfile-server="$PFS_IP" \
     --volfile-id=hpcio --pid-file="$STATE/client-$n.pid" --log-file="$log" "$MOUNT"
   save "CLIENT$k" "$(cat "$STATE/client-$n.pid")"
-  wait_for 30 mounted_in "$k" || die "$n: the GlusterFS mount did not come up: $(tail -n1 "$log")"
+  wait_for 30 mounted_in "$k" || die "$n: the GlusterFS mount did not come up: $(last_line "$log")"
   in_node "$k" stat -t "$MOUNT" >/dev/null 2>&1 ||
-    die "$n: the GlusterFS mount does not answer: $(tail -n1 "$log")"
+    die "$n: the GlusterFS mount does not answer: $(last_line "$log")"
 }
 
 install_slurm() {
@@ -237,7 +237,7 @@ start_slurm() {
   setsid munged -F --force --socket="$STATE/munge/socket" --pid-file="$STATE/munge/pid" \
     --log-file="$LOGS/munged.log" --seed-file="$STATE/munge/seed" </dev/null >/dev/null 2>&1 &
   save MUNGED $!
-  wait_for 10 test -S "$STATE/munge/socket" || die "munged did not start: $(tail -n1 "$LOGS/munged.log")"
+  wait_for 10 test -S "$STATE/munge/socket" || die "munged did not start: $(last_line "$LOGS/munged.log")"
   cat >"$STATE/slurm.conf" <<CONF
 ClusterName=hpcio-cluster
 SlurmctldHost=$host($HOST_IP)
@@ -270,7 +270,7 @@ CONF
   setsid slurmctld -D -f "$STATE/slurm.conf" </dev/null >"$LOGS/slurmctld.out" 2>&1 &
   save SLURMCTLD $!
   wait_for 30 env "$(conf_env)" scontrol ping ||
-    die "slurmctld did not answer: $(tail -n1 "$LOGS/slurmctld.log")"
+    die "slurmctld did not answer: $(last_line "$LOGS/slurmctld.log" "$LOGS/slurmctld.out")"
   for k in $(seq "$NODES"); do
     n=$(name "$k")
     mkdir -p "$STATE/spool/$n"; : >"$LOGS/slurmd-$n.log"
@@ -280,9 +280,19 @@ CONF
   done
   for k in $(seq "$NODES"); do
     n=$(name "$k")
-    wait_for 60 node_idle "$n" ||
-      die "$n: slurmd did not come up: $(tail -n1 "$LOGS/slurmd-$n.log")"
+    wait_for 60 node_settled "$k" || true
+    node_idle "$n" || die "$n: slurmd did not come up: $(last_line "$LOGS/slurmd-$n.log" "$LOGS/slurmd-$n.out")"
   done
+}
+
+node_settled() { node_idle "$(name "$1")" || ! alive "$(var SLURMD "$1")"; }   # no wait for the dead
+last_line() {                  # the last non-empty line of the first file that has one
+  local f l
+  for f in "$@"; do
+    l=$(grep -v '^[[:space:]]*$' "$f" 2>/dev/null | tail -n1) || true
+    [ -n "$l" ] && { echo "$l"; return; }
+  done
+  echo "(no log)"
 }
 
 node_idle() {

@@ -1,0 +1,313 @@
+"""scripts/cluster-local.sh: a virtual cluster of 4 nodes (namespaces, each with its own
+GlusterFS client of the testbed's volume, one slurmd each) and hpcio across it at 4 nodes x 2
+ranks: per-node cold caches, node ids per rank, exactly-once delivery and the same bytes as on
+one node, the job templates under sbatch -N 4, and the refusals.
+
+Needs root (namespaces, FUSE mounts, a bridge), Debian's glusterfs and slurm-wlm (the scripts
+install them). A few minutes: its own CI lane (.ci/lane-cluster); ``make test`` deselects it.
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from common.datasets import make_dataset
+
+pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.lane]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "scripts", "cluster-local.sh")
+PFS = os.path.join(ROOT, "scripts", "pfs-local.sh")
+CHECK = os.path.join(ROOT, "tests", "mpi", "check_readers.py")
+STATE = "/run/hpcio-cluster"
+NODES, PPN = 4, 2
+HOSTS = [f"hpcio-n{k}" for k in range(1, NODES + 1)]
+
+if os.geteuid() != 0:
+    pytest.skip("needs root (namespaces, FUSE mounts, a bridge)", allow_module_level=True)
+if shutil.which("glusterfs") is None or shutil.which("unshare") is None:
+    pytest.skip("needs glusterfs and unshare (scripts/pfs-local.sh installs glusterfs)",
+                allow_module_level=True)
+
+
+def cluster(*args, env=None, user=None, timeout=300):
+    cmd = [SCRIPT, *map(str, args)]
+    if user:
+        cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] + cmd
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e,
+                          cwd=ROOT)
+
+
+def one_error_line(p):
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode != 0 and len(lines) == 1, (p.returncode, p.stdout, p.stderr)
+    assert lines[0].startswith("cluster-local: "), lines[0]
+    return lines[0]
+
+
+def nothing_left():
+    """No state, bridge or node links of a cluster (the holders go with the state)."""
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert not os.path.exists(STATE)
+    assert not re.search(r"\b(hpcbr0|hpcn\d+h)\b", links), links
+    with open("/proc/mounts") as f:
+        assert "hpcio-cluster" not in f.read()
+
+
+@pytest.fixture(scope="module")
+def testbed(tmp_path_factory):
+    """The GlusterFS testbed: the one up here, else one of our own for this module."""
+    if os.path.exists(STATE):
+        pytest.skip(f"a cluster is already up ({STATE}): not ours to stop")
+    if os.path.exists("/run/hpcio-pfs/state"):
+        with open("/run/hpcio-pfs/state") as f:
+            yield dict(ln.rstrip("\n").split("=", 1) for ln in f if "=" in ln)["MOUNT"]
+        return
+    tmp = tmp_path_factory.mktemp("pfs")
+    p = subprocess.run([PFS, "start", "--mount", tmp / "mnt", "--data", tmp / "data"],
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode != 0:
+        pytest.skip(f"no GlusterFS testbed: {p.stderr.strip()}")
+    try:
+        yield str(tmp / "mnt")
+    finally:
+        subprocess.run([PFS, "stop", "--wipe"], capture_output=True, timeout=120)
+
+
+def fake(tmp_path, name, line):
+    """A PATH directory whose ``name`` fails with ``line``: a daemon that does not come up."""
+    d = tmp_path / "fake"
+    d.mkdir(exist_ok=True)
+    (d / name).write_text(f"#!/bin/sh\necho '{line}' >&2\nexit 1\n")
+    (d / name).chmod(0o755)
+    return {"PATH": f"{d}:{os.environ['PATH']}"}
+
+
+# --- refusals: before the module's cluster is up -------------------------------------------
+
+def test_more_nodes_than_the_machine_holds():
+    line = one_error_line(cluster("start", "--nodes", 999))
+    assert "holds at most" in line
+    nothing_left()
+
+
+def test_needs_root():
+    line = one_error_line(cluster("start", "--nodes", 2, user="65534"))
+    assert "needs root" in line
+
+
+def test_a_mount_that_does_not_come_up_leaves_nothing(testbed, tmp_path):
+    p = cluster("start", "--nodes", 2, "--no-slurm",
+                env=fake(tmp_path, "glusterfs", "fake glusterfs: transport endpoint refused"))
+    line = one_error_line(p)
+    assert "hpcio-n1: mount" in line and "refused" in line
+    nothing_left()
+
+
+def test_a_slurmd_that_does_not_come_up_leaves_nothing(testbed, tmp_path):
+    if shutil.which("slurmd") is None:
+        pytest.skip("no slurm-wlm here")
+    t = time.monotonic()
+    p = cluster("start", "--nodes", 2, env=fake(tmp_path, "slurmd", "fake slurmd: refused"))
+    line = one_error_line(p)
+    assert "hpcio-n1: slurmd did not come up" in line and "refused" in line
+    assert time.monotonic() - t < 50       # a dead slurmd is not waited for
+    nothing_left()
+
+
+# --- the cluster -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def up(testbed, tmp_path_factory):
+    """4 nodes up (with Slurm when slurm-wlm is here); stopped at the end, whatever happens."""
+    args = ["start", "--nodes", NODES] + ([] if shutil.which("slurmd") else ["--no-slurm"])
+    p = cluster(*args)
+    try:
+        assert p.returncode == 0, p.stderr
+        data = tmp_path_factory.mktemp("cluster")      # scratch; datasets on the volume
+        shared = os.path.join(testbed, f"cluster-test-{os.getpid()}")
+        os.makedirs(shared)
+        yield {"mount": testbed, "data": shared, "tmp": data,
+               "slurm": "--no-slurm" not in args}
+    finally:
+        p = cluster("stop")
+        shutil.rmtree(os.path.join(testbed, f"cluster-test-{os.getpid()}"),
+                      ignore_errors=True)
+        assert p.returncode == 0, p.stderr
+        nothing_left()
+
+
+def env_of(up):
+    e = dict(os.environ, PYTHONPATH=ROOT, UCX_TLS="tcp,self", UCX_NET_DEVICES="eth0",
+             SLURM_CONF=f"{STATE}/slurm.conf",
+             PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    return e
+
+
+def mpi(up, n, args, timeout=300):
+    """``cluster-local.sh mpiexec -n n python args`` (hydra, one proxy per node)."""
+    return subprocess.run([SCRIPT, "mpiexec", "-n", str(n), sys.executable, *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=env_of(up),
+                          cwd=up["tmp"])
+
+
+def srun(up, n, args, timeout=300):
+    """srun -N 4 -n n --mpi=pmi2 python args, or the mpiexec path without Slurm."""
+    if not up["slurm"]:
+        return mpi(up, n, args, timeout)
+    return subprocess.run(["srun", "-N", str(NODES), "-n", str(n), "--mpi=pmi2",
+                           sys.executable, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env=env_of(up), cwd=up["tmp"])
+
+
+def test_status_one_line_per_node(up):
+    p = cluster("status")
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines] == HOSTS
+    assert all(" up " in ln and "mounted" in ln for ln in lines), p.stdout
+    if up["slurm"]:
+        assert all("idle" in ln for ln in lines), p.stdout
+
+
+def test_each_node_has_its_own_hostname_and_page_cache(up):
+    path = os.path.join(up["data"], "probe")
+    with open(path, "wb") as f:
+        f.write(os.urandom(8 << 20))
+    probe = ("import socket, sys; sys.path.insert(0, %r); from hpcio.cache import "
+             "resident_fraction as r; print(socket.gethostname(), r([%r]))" % (ROOT, path))
+    p = cluster("exec", "hpcio-n1", "dd", f"if={path}", "of=/dev/null", "bs=1M")
+    assert p.returncode == 0, p.stderr           # read through node 1's client only
+    seen = {}
+    for h in HOSTS:
+        p = cluster("exec", h, sys.executable, "-c", probe)
+        assert p.returncode == 0, p.stderr
+        host, frac = p.stdout.split()
+        seen[host] = float(frac)
+    assert set(seen) == set(HOSTS)
+    assert seen["hpcio-n1"] == 1.0 and all(seen[h] == 0.0 for h in HOSTS[1:]), seen
+
+
+def test_mpiexec_node_communicator_across_nodes(up):
+    code = ("from mpi4py import MPI; import socket; from hpcio.mpiutil import node_comm; "
+            "c = MPI.COMM_WORLD; n = node_comm(c); "
+            "print('R', c.rank, socket.gethostname(), n.size, n.rank, "
+            "c.allreduce(c.rank), flush=True)")
+    p = mpi(up, NODES * PPN, ["-c", code], timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = sorted(tuple(ln.split()[1:]) for ln in p.stdout.splitlines() if ln.startswith("R"))
+    total = str(sum(range(NODES * PPN)))
+    assert rows == sorted((str(r), HOSTS[r // PPN], str(PPN), str(r % PPN), total)
+                          for r in range(NODES * PPN)), p.stdout
+
+
+def train(up, out, *extra):
+    ds = make_dataset(up["data"], "packed", "raw", records=4000, shards=4, seed=3)
+    p = srun(up, NODES * PPN, ["-m", "hpcio.train", "--data", ds.root, "--reader",
+                               "coordinated", "--model", "emulate", "--compute-time", "0.005",
+                               "--batch", "16", "--steps", "8", "--cache", "cold",
+                               "--out", out, *extra], timeout=400)
+    assert p.returncode == 0, p.stdout + p.stderr
+    with open(os.path.join(out, "env.json")) as f:
+        env = json.load(f)
+    return ds, env, p
+
+
+def test_cold_on_every_node_and_node_ids_per_rank(up):
+    out = str(up["tmp"] / "cold")
+    ds, env, p = train(up, out)
+    cache = env["cache"]
+    assert cache["mode"] == "cold" and cache["cold_everywhere"] is True
+    assert [n["host"] for n in cache["nodes"]] == HOSTS
+    assert all(n["ranks"] == PPN and n["files"] == len(ds.paths) and n["resident"] < 0.05
+               for n in cache["nodes"]), cache
+    for r in range(NODES * PPN):
+        with open(os.path.join(out, f"rank-{r}.json")) as f:
+            rec = json.load(f)
+        assert (rec["host"], rec["node"], rec["local_rank"]) == (HOSTS[r // PPN], r // PPN,
+                                                                  r % PPN), rec
+    assert "NOT cold" not in p.stdout + p.stderr
+
+
+def test_a_node_left_warm_says_so(up):
+    ds = make_dataset(up["data"], "packed", "raw", records=4000, shards=4, seed=3)
+    # a live mapping on node 3 keeps its pages resident whatever fadvise says
+    hold = ("import mmap, sys, time\nms = []\n"
+            f"for p in {ds.paths!r}:\n"
+            "    f = open(p, 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
+            "    sum(m[i] for i in range(0, len(m), 4096)); ms.append(m)\n"
+            "print('held', flush=True); time.sleep(300)")
+    holder = subprocess.Popen([SCRIPT, "exec", "hpcio-n3", sys.executable, "-c", hold],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        _, env, p = train(up, str(up["tmp"] / "warm"))
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    cache = env["cache"]
+    assert cache["cold_everywhere"] is False and cache["warm_nodes"] == ["hpcio-n3"], cache
+    lines = [ln for ln in (p.stdout + p.stderr).splitlines() if "NOT cold" in ln]
+    assert lines and all("1 of 4 node(s): hpcio-n3 100%" in ln for ln in lines), lines
+
+
+def test_node_shared_reader_exactly_once_same_bytes_as_one_node(up):
+    """check_readers.py (exactly-once, bytes against the source, same sequence on every
+    reader) at 4 nodes x 2 ranks, with the node-shared coordinated reader; its digests equal
+    those of the same 8 ranks on one node."""
+    data = [make_dataset(up["data"], f, e, records=n, shards=2, seed=1).root
+            for f, e, n in (("packed", "raw", 61), ("lmdb", "raw", 61), ("hdf5", "png", 53))]
+    args = [CHECK, "--data", *data, "--readers",
+            "naive,coordinated,coordinated:shared=true,coordinated:shared=false",
+            "--batch", "3", "--shuffles", "global", "--epochs", "2"]
+    across = srun(up, NODES * PPN, args, timeout=400)
+    assert across.returncode == 0, across.stdout + across.stderr
+    assert re.search(r"^OK \d+ checks$", across.stdout, flags=re.M), across.stdout
+    one = subprocess.run([os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n",
+                          str(NODES * PPN), sys.executable, *args], capture_output=True,
+                         text=True, timeout=400, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert one.returncode == 0, one.stdout + one.stderr
+    dig = lambda s: sorted(re.findall(r"^DIGEST .*$", s, flags=re.M))  # noqa: E731
+    assert dig(across.stdout) and dig(across.stdout) == dig(one.stdout)
+
+
+def sbatch(up, job, *args, timeout=600):
+    e = dict(env_of(up), HPCIO_VENV=os.path.dirname(os.path.dirname(sys.executable)))
+    p = subprocess.run(["sbatch", "--wait", "-N", str(NODES), f"--ntasks-per-node={PPN}",
+                        "--parsable", os.path.join(ROOT, "jobs", job), *map(str, args)],
+                       capture_output=True, text=True, timeout=timeout, env=e, cwd=up["tmp"])
+    jobid = p.stdout.strip().split(";")[0]
+    log = "".join(open(f).read() for f in glob.glob(str(up["tmp"] / f"*-{jobid}.out")))
+    assert p.returncode == 0, p.stderr + log
+    return jobid, log
+
+
+def test_job_templates_on_four_nodes(up):
+    if not up["slurm"]:
+        pytest.skip("no slurm-wlm here")
+    ds = make_dataset(up["data"], "packed", "raw", records=2000, shards=4, seed=4)
+    jobid, log = sbatch(up, "train.sbatch", "--data", ds.root, "--model", "emulate",
+                        "--compute-time", "0.005", "--batch", "16", "--steps", "5",
+                        "--out", up["tmp"] / "job-train")
+    with open(up["tmp"] / "job-train" / "env.json") as f:
+        assert sorted(set(json.load(f)["hosts"])) == HOSTS
+    jobid, log = sbatch(up, "scaling.sbatch", "--data", ds.root, "--", "--model", "emulate",
+                        "--compute-time", "0.005", "--batch", "16", "--steps", "5")
+    with open(up["tmp"] / "runs" / f"scaling-{jobid}" / "sweep.json") as f:
+        sweep = json.load(f)
+    assert "8 of 8 runs done, 0 failed" in log, log
+    runs = sorted(glob.glob(str(up["tmp"] / "runs" / f"scaling-{jobid}" / "runs" / "*")))
+    assert len(runs) == 8, runs                 # naive, coordinated x 1, 2, 4, 8 ranks
+    with open(os.path.join([r for r in runs if r.endswith("coordinated-n8-r0")][0],
+                           "env.json")) as f:
+        assert sorted(set(json.load(f)["hosts"])) == HOSTS
+    assert sweep
