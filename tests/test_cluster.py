@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -199,14 +200,13 @@ def test_each_node_has_its_own_hostname_and_page_cache(up):
 def test_mpiexec_node_communicator_across_nodes(up):
     code = ("from mpi4py import MPI; import socket; from hpcio.mpiutil import node_comm; "
             "c = MPI.COMM_WORLD; n = node_comm(c); "
-            "print('R', c.rank, socket.gethostname(), n.size, n.rank, "
-            "c.allreduce(c.rank), flush=True)")
+            "rows = c.gather((c.rank, socket.gethostname(), n.size, n.rank, "
+            "c.allreduce(c.rank))); c.rank or print(repr(rows), flush=True)")
     p = mpi(up, NODES * PPN, ["-c", code], timeout=120)
     assert p.returncode == 0, p.stderr
-    rows = sorted(tuple(ln.split()[1:]) for ln in p.stdout.splitlines() if ln.startswith("R"))
-    total = str(sum(range(NODES * PPN)))
-    assert rows == sorted((str(r), HOSTS[r // PPN], str(PPN), str(r % PPN), total)
-                          for r in range(NODES * PPN)), p.stdout
+    total = sum(range(NODES * PPN))
+    assert eval(p.stdout) == [(r, HOSTS[r // PPN], PPN, r % PPN, total)
+                              for r in range(NODES * PPN)], p.stdout
 
 
 def train(up, out, *extra):
@@ -286,7 +286,7 @@ def sbatch(up, job, *args, timeout=600):
                         "--parsable", os.path.join(ROOT, "jobs", job), *map(str, args)],
                        capture_output=True, text=True, timeout=timeout, env=e, cwd=up["tmp"])
     jobid = p.stdout.strip().split(";")[0]
-    log = "".join(open(f).read() for f in glob.glob(str(up["tmp"] / f"*-{jobid}.out")))
+    log = "".join(Path(f).read_text() for f in glob.glob(str(up["tmp"] / f"*-{jobid}.out")))
     assert p.returncode == 0, p.stderr + log
     return jobid, log
 
