@@ -28,7 +28,10 @@ Backends (``--dist``), in a registry:
   ``mpiexec``/``srun`` directly.
 * ``none``: no gradient exchange (each rank trains alone; an I/O-only baseline).
 
-The ``emulate`` model has no gradients to exchange and uses ``none`` whatever is asked.
+The ``emulate`` model has no gradients of its own and uses ``none`` whatever is asked; it
+exchanges a gradient-sized buffer itself (:mod:`hpcio.train.exchange`), over a gloo group
+started here by :func:`init_process_group`: gloo's TCP transport takes no MPI lock, so the
+coordinated reader's MPI-IO reads cannot delay it.
 """
 
 import os
@@ -40,7 +43,8 @@ from ..errors import HpcioError
 from ..mpiutil import node_comm, on_root
 
 __all__ = ["World", "init_world", "pick_device", "DISTS", "TorchDist", "HorovodDist",
-           "NoDist", "check_dist", "make_dist", "free_port", "master_address"]
+           "NoDist", "check_dist", "make_dist", "free_port", "master_address",
+           "init_process_group"]
 
 
 @dataclass
@@ -143,6 +147,17 @@ def _rendezvous(world):
         raise HpcioError(f"cannot pick an address for torch.distributed: {e}")
 
 
+def init_process_group(world, backend):
+    """torch.distributed's default group over the MPI job's ranks (collective): rank 0's
+    address and a free port, broadcast over MPI."""
+    import torch.distributed as td
+    addr, port = on_root(world.comm, lambda: _rendezvous(world), share=True)
+    td.init_process_group(backend, init_method=f"tcp://{addr}:{port}",
+                          rank=world.rank, world_size=world.size,
+                          timeout=timedelta(seconds=int(
+                              os.environ.get("HPCIO_DIST_TIMEOUT", "600"))))
+
+
 class TorchDist(NoDist):
     """torch.distributed from MPI: NCCL on GPU, gloo on CPU; DDP around the model."""
 
@@ -156,11 +171,7 @@ class TorchDist(NoDist):
         if world.size == 1:
             self.initialised = False
             return
-        addr, port = on_root(world.comm, lambda: _rendezvous(world), share=True)
-        td.init_process_group(self.backend, init_method=f"tcp://{addr}:{port}",
-                              rank=world.rank, world_size=world.size,
-                              timeout=timedelta(seconds=int(
-                                  os.environ.get("HPCIO_DIST_TIMEOUT", "600"))))
+        init_process_group(world, self.backend)
         self.initialised = True
 
     def wrap(self, model, optimizer):
