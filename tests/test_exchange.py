@@ -7,7 +7,7 @@ from hpcio.data.presets import PRESETS
 from hpcio.errors import HpcioError
 from hpcio.train.dist import World
 from hpcio.train.exchange import (EXCHANGE_MODELS, PRESET_MODELS, TRANSPORTS, NoExchange,
-                                  exchange_size, make_exchange)
+                                  check_fits, exchange_size, make_exchange)
 from hpcio.train.models import MODELS
 from hpcio.train.options import build_parser, parse_args
 
@@ -41,9 +41,11 @@ def test_no_exchange_costs_nothing():
 def test_a_size_that_does_not_fit_is_refused_on_every_rank():
     world = World(None, 0, 2, 0, 2, 1, 0, "node7")
     with pytest.raises(HpcioError) as e:
-        make_exchange(1 << 60, "gloo", world)
+        check_fits(1 << 60, world)
     assert e.value.everywhere and "node7" in str(e.value)
     assert "\n" not in str(e.value) and "are available" in str(e.value)
+    check_fits(1 << 20, world)
+    check_fits(None, world)
 
 
 @pytest.mark.parametrize("args, says", [

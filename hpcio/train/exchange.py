@@ -36,7 +36,7 @@ from ..errors import HpcioError
 from .models import MODELS
 
 __all__ = ["PRESET_MODELS", "EXCHANGE_MODELS", "TRANSPORTS", "exchange_size",
-           "make_exchange", "NoExchange", "GlooExchange", "MpiExchange"]
+           "check_fits", "make_exchange", "NoExchange", "GlooExchange", "MpiExchange"]
 
 # the model each synthetic preset's data is trained with (Lim et al. 2016's pairs; ResNet-50
 # for ImageNet, as MLPerf's)
@@ -157,16 +157,20 @@ class MpiExchange(NoExchange):
 TRANSPORTS = {cls.name: cls for cls in (GlooExchange, MpiExchange)}
 
 
-def make_exchange(nbytes, via, world):
-    """The exchange of ``nbytes`` per step over ``via`` (collective); :class:`NoExchange`
-    for None or a single rank. A size some node cannot hold is refused on every rank."""
-    if nbytes is None or world.size == 1:
-        return NoExchange()
-    problem = _too_big(nbytes, world)
-    if world.comm is not None:
+def check_fits(nbytes, world):
+    """Refuse, on every rank, an exchange some node cannot hold (collective)."""
+    problem = None if nbytes is None else _too_big(nbytes, world)
+    if world.comm is not None and world.size > 1:
         problem = next((p for p in world.comm.allgather(problem) if p), None)
     if problem:
         raise HpcioError(problem, everywhere=True)
+
+
+def make_exchange(nbytes, via, world):
+    """The exchange of ``nbytes`` per step over ``via`` (collective); :class:`NoExchange`
+    for None or a single rank."""
+    if nbytes is None or world.size == 1:
+        return NoExchange()
     try:
         return TRANSPORTS[via](world, nbytes)
     except KeyError:

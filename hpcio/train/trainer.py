@@ -46,7 +46,7 @@ from ..readers import READERS, check_dataset, make_reader
 from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpoint
 from .dist import check_dist, init_world, make_dist, pick_device
 from .emulate import SPEC, ComputeTime, EmulatedModel, ReadOnly
-from .exchange import NoExchange, exchange_size, make_exchange
+from .exchange import NoExchange, check_fits, exchange_size, make_exchange
 from .models import make_model
 from .options import parse_args, reader_options
 from .pipeline import Pipeline
@@ -265,6 +265,7 @@ def setup(args):
     check_dataset(args.reader, ds, reader_options(args))
     wd.mark("the model's construction")
     model, spec = _build_model(args, ds, world)
+    exchange_info = _exchange_plan(args, ds, world, dist_name)
     input_shape = _input_shape(args, ds, spec)
     plan0 = make_plan(ds.records, world.size, world.rank, args.batch, epoch=0,
                       seed=args.seed, shuffle=args.shuffle, drop_last=args.drop_last)
@@ -299,7 +300,7 @@ def setup(args):
 
     wd.mark("the gradient exchange's set-up (collectives)")
     dist = make_dist(dist_name, world, device)
-    exchange, exchange_info = _exchange(args, ds, world, dist_name)
+    exchange = make_exchange(exchange_info["bytes"], exchange_info["via"], world)
     model = model.to(device)
     wd.mark("the optimiser's set-up (its first use imports torch's compiler, seconds)")
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
@@ -331,19 +332,21 @@ def setup(args):
                exchange_info)
 
 
-def _exchange(args, ds, world, dist_name):
-    """(exchange, what it is for config and summary): emulate's gradient exchange; a real
-    model's is DDP's or Horovod's, inside its compute (hpcio.measure.steps says why)."""
+def _exchange_plan(args, ds, world, dist_name):
+    """The gradient exchange, for config and summary: emulate's (bytes per step, checked
+    to fit), or a real model's, DDP's or Horovod's, inside its compute
+    (hpcio.measure.steps says why). Collective."""
     if args.model != "emulate":
         what = ("none (--dist none)" if dist_name == "none" or world.size == 1 else
                 f"{dist_name}: inside compute (the allreduce overlaps backward; straggler "
                 f"wait and exchange are not measured apart)")
-        return NoExchange(), {"bytes": None, "via": dist_name, "what": what}
+        return {"bytes": None, "via": dist_name, "what": what}
     nbytes, what = exchange_size(args.exchange_model, args.exchange_bytes, ds.manifest)
     if nbytes is not None and world.size == 1:
         nbytes, what = None, "none: one rank"
-    ex = make_exchange(nbytes, args.exchange_via, world)
-    return ex, {"bytes": nbytes, "via": ex.name, "what": what}
+    check_fits(nbytes, world)
+    return {"bytes": nbytes, "via": args.exchange_via if nbytes is not None else "none",
+            "what": what}
 
 
 # what a rank waits for, as the watchdog says it
