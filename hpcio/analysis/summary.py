@@ -44,6 +44,8 @@ def summarize(per_rank):
         "stall_other_percent": pct(sum(m["stall_other"] for m in every)),
         "straggler_wait_percent": pct(sum(m.get("straggler_wait", 0.0) for m in every)),
         "exchange_percent": pct(sum(m.get("exchange", 0.0) for m in every)),
+        "first_bucket_wait_s_mean": (sum(m.get("first_bucket_wait", 0.0) for m in every)
+                                     / max(1, sum(r["steps"] for r in per_rank))),
         "h2d_percent": pct(sum(m["h2d"] for m in every)),
         "compute_percent": pct(sum(m["compute"] for m in every)),
         "ckpt_percent": pct(sum(m["ckpt"] for m in every)),
@@ -110,6 +112,10 @@ def format_table(s, title=""):
          f"{s['slowest_rank']}) / {s['epoch_time_s_fastest']:.3f} s (rank "
          f"{s['fastest_rank']})" + (f" = {ratio:.2f}x" if ratio else "")),
     ]
+    if s.get("first_bucket_wait_s_mean"):
+        rows.insert(-3, ("first-bucket wait (in compute)",
+                         f"{1000 * s['first_bucket_wait_s_mean']:.2f} ms per step (DDP: its "
+                         f"first gradient bucket ready -> reduced)"))
     w = max(len(k) for k, _ in rows)
     lines += [f"  {k:<{w}}  {v}" for k, v in rows]
     return "\n".join(lines)

@@ -2,8 +2,9 @@
 
 * **A** per dataset x reader x format x ranks, over repeats: step time, stall per step (max
   over ranks: what a synchronous allreduce waits on; mean over ranks), stall fraction and
-  its fetch/prep split, straggler wait and exchange fractions, AU, samples/s, MiB/s, scaling efficiency against the smallest rank
-  count, and the spread of stall and AU over repeats.
+  its fetch/prep split, straggler wait and exchange fractions, AU, samples/s, MiB/s,
+  scaling efficiency against the smallest rank count, and the spread of stall and AU over
+  repeats.
 * **B** per run, from its Darshan log, over the dataset's files: bytes and reads per rank by
   module, request sizes, random and misaligned shares, collective MPI-IO, per-rank I/O time
   (PyDarshan's ``agg_time_by_slowest``: the slowest rank's read + write + metadata time),
@@ -157,8 +158,8 @@ def table_a(runs, figures):
                  rows, "Every step: the definition of the run's summary.json and console "
                        "table (hpcio.measure.steps). Stall: each rank's own wait for its "
                        "batch; straggler wait: the time it then waits in the gradient "
-                       "exchange for the slowest rank (0 for runs without one). Steady: each epoch's first step (the "
-                       "pipeline's start-up) left out, as MLPerf Storage's AU rule does. "
+                       "exchange for the slowest rank (0 for runs without one). Steady: "
+                       "each epoch's first step (the pipeline's start-up) left out, as MLPerf Storage's AU rule does. "
                        "Stall per step: the mean over steady steps of the max (or mean) over "
                        "ranks. First-step wait: the longest wait for an epoch's first batch. "
                        "Scaling efficiency: samples/s per rank against the smallest rank "

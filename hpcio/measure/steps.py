@@ -40,8 +40,16 @@ Where each is measured: ``emulate`` exchanges a buffer the size of a model's gra
 under DDP overlap the allreduce with backward, bucket by bucket: the exchange and the wait
 for stragglers happen inside ``compute`` and cannot be cut out of it without changing what
 is measured, so there ``straggler_wait`` and ``exchange`` are 0 and ``compute`` includes
-them (Horovod likewise, in the optimiser step). With ``--exchange-model none`` the ranks
-step independently and both are exactly 0 (t3 = t4 = t5).
+them (Horovod likewise, in the optimiser step). What can be measured there honestly is
+``first_bucket_wait`` (not a component: it lies inside ``compute``): from this rank's first
+gradient bucket being ready in backward to that bucket's allreduce done, DDP on gloo only
+(:class:`hpcio.train.dist.FirstBucket`). On the ranks that reach backward early it is their
+wait for the slowest one to arrive, plus one small bucket's transfer; how much of it
+backward hid behind its own work, and the wait for later buckets, cannot be told apart
+from compute. NCCL completes the allreduce on the GPU's stream: not timed there (0).
+
+With ``--exchange-model none`` the ranks step independently and ``straggler_wait`` and
+``exchange`` are exactly 0 (t3 = t4 = t5).
 
 Summary figures (:func:`hpcio.analysis.summary.summarize`), computed at the end from the
 ranks' :func:`rank_summary`. Throughput and the time split count **every step** (whole
@@ -63,6 +71,8 @@ epochs); AU is given both ways, each labelled:
 * **first-step wait** = the stall of each epoch's first step (the time to the epoch's
   first batch): per epoch, mean and max over ranks (``per_epoch``), and mean and max over
   ranks and epochs (``first_step_wait_s_mean`` / ``_max``).
+* **first-bucket wait** (``first_bucket_wait_s_mean``, DDP on gloo) = first_bucket_wait
+  per step, the mean over ranks and every step; 0 where not measured.
 * **stall %** = sum of stall (own wait) / sum of wall over all ranks' steps, with its
   fetch / prep / stall_other split; likewise **straggler wait %**, exchange %, h2d %,
   compute %, ckpt %, other %.
@@ -86,11 +96,11 @@ __all__ = ["STEP_FIELDS", "COMPONENTS", "SINCE_EXCHANGE", "StepLog", "split_stal
 
 STEP_FIELDS = ("epoch", "step", "t0", "wall", "fetch", "prep", "stall_other", "h2d",
                "compute", "straggler_wait", "exchange", "ckpt", "other", "records",
-               "nbytes", "fetch_s", "prep_s")
+               "nbytes", "fetch_s", "prep_s", "first_bucket_wait")
 COMPONENTS = ("fetch", "prep", "stall_other", "h2d", "compute", "straggler_wait",
               "exchange", "ckpt", "other")
-# components older run directories lack: they had no exchange, so theirs were 0
-SINCE_EXCHANGE = ("straggler_wait", "exchange")
+# fields older run directories lack: they had no exchange, so theirs were 0
+SINCE_EXCHANGE = ("straggler_wait", "exchange", "first_bucket_wait")
 _COL = {f: i for i, f in enumerate(STEP_FIELDS)}
 
 
@@ -113,14 +123,14 @@ class StepLog:
         self.origin = time.perf_counter() if origin is None else origin
 
     def add(self, epoch, step, t0, t1, t2, t3, t4, t5, t6, t7, f0, f1, p1, records, nbytes,
-            fetch_s=0.0, prep_s=0.0):
+            fetch_s=0.0, prep_s=0.0, first_bucket_wait=0.0):
         """Record one step from its time stamps (see the module docstring)."""
         if self.n == len(self.rows):  # only if the plan was longer than announced
             self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
         fetch, prep, other = split_stall(t0, t1, f0, f1, p1)
         self.rows[self.n] = (epoch, step, t0 - self.origin, t7 - t0, fetch, prep, other,
                              t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6, records,
-                             nbytes, fetch_s, prep_s)
+                             nbytes, fetch_s, prep_s, first_bucket_wait)
         self.n += 1
 
     def column(self, name):
@@ -161,7 +171,7 @@ def rank_summary(arrays, exclude_first=True):
     out = {"steps": int(len(step)), "steps_measured": int(mask.sum()),
            "au_excludes_first_step": bool(exclude_first)}
     for key, m in (("all", np.ones(len(step), dtype=bool)), ("measured", mask)):
-        d = {c: float(arrays[c][m].sum()) for c in COMPONENTS + ("wall",)}
+        d = {c: float(arrays[c][m].sum()) for c in COMPONENTS + ("wall", "first_bucket_wait")}
         d["records"] = int(arrays["records"][m].sum())
         d["nbytes"] = int(arrays["nbytes"][m].sum())
         out[key] = d

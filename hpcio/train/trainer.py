@@ -7,8 +7,9 @@ Every rank executes the same sample plan (:mod:`hpcio.plan`) through the chosen 
 the preprocessing pipeline, trains a real model (DDP; NCCL on GPUs, gloo on CPUs) or the
 ``emulate`` model (a timed sleep, as DLIO and MLPerf Storage do, then an allreduce of a
 gradient-sized buffer: :mod:`hpcio.train.exchange`), and records per step how long it
-waited for its own data, for the other ranks, and why (:mod:`hpcio.measure.steps`). Results go to a run
-directory (:mod:`hpcio.measure.results`); rank 0 prints a table at the end.
+waited for its own data, for the other ranks, and why (:mod:`hpcio.measure.steps`).
+Results go to a run directory (:mod:`hpcio.measure.results`); rank 0 prints a table at
+the end.
 
 Nothing measured is lost and no rank waits silently: every rank flushes its step arrays
 and counters (marked partial) at each epoch end and every ``--flush-interval`` seconds on a
@@ -479,7 +480,8 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
             want_stop = vote.poll(bool(t.stop))
             t7 = _now()
             log.add(epoch, s, t0, t1, t2, t3, t4, t5, t6, t7, b.t_fetch0, b.t_fetch1,
-                    b.t_prep1, b.records, b.nbytes, b.fetch_s, b.prep_s)
+                    b.t_prep1, b.records, b.nbytes, b.fetch_s, b.prep_s,
+                    run.dist.first_bucket_wait())
             t0 = t7
             if want_stop:
                 t.cut = True
