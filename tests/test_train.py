@@ -134,6 +134,9 @@ def test_every_model_and_reader_completes(tmp_path, data, model, reader):
     else:
         assert s["exchange"]["bytes"] is None and "inside compute" in s["exchange"]["what"]
         assert not z["straggler_wait"].any() and not z["exchange"].any()
+        # DDP on gloo: each step's first bucket is timed, inside compute
+        assert (z["first_bucket_wait"] > 0).all()
+        assert (z["first_bucket_wait"] < z["compute"]).all()
 
 
 @pytest.mark.mpi
