@@ -33,7 +33,10 @@ no comparison of clocks across nodes (which do not share one). Its price is one
 small-message collective per step (tens of microseconds on one node, a few network
 latencies across nodes), charged to ``straggler_wait``: a job whose ranks arrive together
 shows that floor. A data-parallel job loses the *maximum* over ranks of the own wait each
-step; the straggler wait is where the faster ranks pay for it.
+step; the straggler wait is where the faster ranks pay for it. Both collectives go over
+gloo by default, not MPI: with MPICH's global lock an MPI barrier would also wait for the
+coordinated reader's MPI-IO reads on its I/O thread, and charge them to the straggler wait
+(:mod:`hpcio.train.exchange`).
 
 Where each is measured: ``emulate`` exchanges a buffer the size of a model's gradients
 (:mod:`hpcio.train.exchange`) after its sleep, so both columns are measured. Real models
@@ -85,14 +88,17 @@ Changed in summary.json: ``samples_per_s``, ``mib_per_s`` and the ``*_percent``
 time split used to leave out each epoch's first step, as AU does; they count every step
 now. ``au_percent`` (and its ``_min``, ``_max``, ``_per_rank``, ``per_epoch``) keeps
 MLPerf Storage's rule; ``au_percent_all_steps`` (same companions) and the first-step wait
-are new.
+are new. Later: ``straggler_wait``, ``exchange`` (components) and ``first_bucket_wait``
+joined the step arrays, their ``*_percent`` and ``first_bucket_wait_s_mean`` the summary;
+run directories from before them read back with zeros (their ranks did not exchange).
 """
 
 import time
 
 import numpy as np
 
-__all__ = ["STEP_FIELDS", "COMPONENTS", "SINCE_EXCHANGE", "StepLog", "split_stall", "rank_summary"]
+__all__ = ["STEP_FIELDS", "COMPONENTS", "SINCE_EXCHANGE", "StepLog", "split_stall",
+           "rank_summary"]
 
 STEP_FIELDS = ("epoch", "step", "t0", "wall", "fetch", "prep", "stall_other", "h2d",
                "compute", "straggler_wait", "exchange", "ckpt", "other", "records",
