@@ -159,7 +159,7 @@ class FirstBucket:
     def __init__(self):
         self.ready = self.done = None
 
-    def __call__(self, state, bucket):
+    def hook(self, state, bucket):
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
         fut = allreduce_hook(state, bucket)
         if bucket.index() != 0:
@@ -222,7 +222,7 @@ class TorchDist(NoDist):
         ddp = DDP(model, device_ids=ids, output_device=ids[0] if ids else None)
         if self.backend == "gloo":
             self.first_bucket = FirstBucket()
-            ddp.register_comm_hook(None, self.first_bucket)
+            ddp.register_comm_hook(None, self.first_bucket.hook)
         return ddp, optimizer
 
     def first_bucket_wait(self):
