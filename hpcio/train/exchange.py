@@ -19,9 +19,12 @@ Transports (``--exchange-via``), in a registry:
   behind one lock, so while the coordinated reader's I/O thread sits in a blocking MPI-IO
   read, an MPI collective of the training thread waits for that read: the reader's I/O
   would be counted as straggler wait and exchange though it is the harness's doing
-  (benchmarks/design.md, "Gradient exchange", has the numbers).
+  (``benchmarks/mpi_lock.py``: an MPI barrier from 0.01 ms to 5-11 ms beside back-to-back
+  16 MiB reads). Gloo also waits blocked rather than spinning, so waiting ranks leave
+  their cores to the others. Its price: a slower barrier and large transfer than MPICH's
+  shared memory on one node (benchmarks/design.md, "Gradient exchange").
 * ``mpi``: ``MPI_Barrier`` + ``MPI_Allreduce`` on a duplicate of the job's communicator,
-  host memory; for comparison, and for MPI libraries without that lock.
+  host memory: the faster transfer, where the reader's MPI-IO cannot hold it up.
 
 The buffer lives in host memory whatever the device: the emulated model has no device
 work, and a host exchange needs no GPU per rank.
