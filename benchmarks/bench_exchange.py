@@ -13,9 +13,9 @@ and with the memory reader and ``--exchange-bytes 0`` (the barrier alone: its fl
 run started after a quiet second (``--wait-quiet``: other jobs' load would show as
 straggler wait). Reported per combination, from the ranks' step files (every step but each
 epoch's first, mean over ranks and steps, median over repeats with min-max): own wait,
-straggler wait and exchange per step in ms, and AU % (every step). The question: with MPICH's global lock, does the
-coordinated reader's I/O thread, inside a blocking MPI-IO read, hold up an MPI exchange of
-the training thread where a gloo one is not held up?
+straggler wait and exchange per step in ms, and AU % (every step). The question: with
+MPICH's global lock, does the coordinated reader's I/O thread, inside a blocking MPI-IO
+read, hold up an MPI exchange of the training thread where a gloo one is not held up?
 """
 
 import argparse

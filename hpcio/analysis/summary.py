@@ -99,8 +99,9 @@ def format_table(s, title=""):
         ("first-step wait", "-" if wait is None else
          f"{wait:.3f} s mean, {s['first_step_wait_s_max']:.3f} s max over ranks and "
          f"epochs"),
-        ("stall % (own wait)", f"{s['stall_percent']:.1f}  (fetch {s['fetch_percent']:.1f} / prep "
-                    f"{s['prep_percent']:.1f} / other {s['stall_other_percent']:.1f})"),
+        ("stall % (own wait)", f"{s['stall_percent']:.1f}  (fetch {s['fetch_percent']:.1f} "
+                               f"/ prep {s['prep_percent']:.1f} / other "
+                               f"{s['stall_other_percent']:.1f})"),
         ("straggler wait / exchange %", f"{s.get('straggler_wait_percent', 0.0):.1f} / "
                                         f"{s.get('exchange_percent', 0.0):.1f}"),
         ("h2d / compute / ckpt / other %",

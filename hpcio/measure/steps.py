@@ -32,10 +32,11 @@ last rank and moving the bytes. The barrier separates them on each rank's own cl
 no comparison of clocks across nodes (which do not share one). Its price is one
 small-message collective per step, charged to ``straggler_wait``: a job whose ranks arrive
 together shows that floor (gloo: 69 us in a tight loop, 1.2-1.3 ms per step on a busy
-2-core VM where a rank blocked in it must be woken; benchmarks/design.md). A data-parallel job loses the *maximum* over ranks of the own wait each
-step; the straggler wait is where the faster ranks pay for it. Both collectives go over
-gloo by default, not MPI: with MPICH's global lock an MPI barrier would also wait for the
-coordinated reader's MPI-IO reads on its I/O thread, and charge them to the straggler wait
+2-core VM where a rank blocked in it must be woken; benchmarks/design.md). A data-parallel
+job loses the *maximum* over ranks of the own wait each step; the straggler wait is where
+the faster ranks pay for it. Both collectives go over gloo by default, not MPI: with
+MPICH's global lock an MPI barrier would also wait for the coordinated reader's MPI-IO
+reads on its I/O thread, and charge them to the straggler wait
 (:mod:`hpcio.train.exchange`).
 
 Where each is measured: ``emulate`` exchanges a buffer the size of a model's gradients

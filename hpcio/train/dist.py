@@ -157,11 +157,12 @@ class FirstBucket:
     stamp does not say when the bytes arrived."""
 
     def __init__(self):
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        self.allreduce = allreduce_hook
         self.ready = self.done = None
 
     def hook(self, state, bucket):
-        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-        fut = allreduce_hook(state, bucket)
+        fut = self.allreduce(state, bucket)
         if bucket.index() != 0:
             return fut
         self.ready = time.perf_counter()
