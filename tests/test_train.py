@@ -231,7 +231,9 @@ def test_fast_rank_waits_for_the_slow_one_in_the_exchange(tmp_path, data, via):
     # and the difference is the other rank's extra compute (its seeded draws)
     draws = np.array([_draws(mean, std, "uniform", 5, r, steps)[keep] for r in range(2)])
     extra = draws.max(axis=0) - draws
-    assert waited.sum() == pytest.approx(extra.sum(), rel=0.15, abs=0.01)
+    # (no less; more by the barrier's floor and sleeps woken late: MPICH's waiting rank
+    # spins on a core the other one's wake-up may need on a busy 2-core machine)
+    assert 0.9 * extra.sum() <= waited.sum() <= 1.15 * extra.sum() + 0.003 * keep.sum()
     assert extra.sum() > 0.2  # the ranks really were unbalanced
     for x in z:
         own = (x["fetch"] + x["prep"] + x["stall_other"])[keep]
