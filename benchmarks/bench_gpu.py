@@ -13,8 +13,8 @@ What it runs and checks (one line each, then a table):
 3. **NCCL**: the run's ``config.yaml`` says the process group was NCCL.
 4. **pynvml**: every rank's ``rank-R.json`` carries GPU utilisation and memory samples
    (not NaN; memory > 0).
-5. **Sum rule**: in every step, fetch + prep + stall_other + h2d + compute + ckpt + other
-   equals the step's wall time (within 2%), with the GPU's work inside ``compute``
+5. **Sum rule**: in every step, the components (hpcio.measure.steps.COMPONENTS) add
+   up to the step's wall time (within 2%), with the GPU's work inside ``compute``
    (the step synchronises the device before the stamp).
 6. **CUDA-synchronised compute**: the median ``compute`` of the 1-rank memory run
    against the same step (DDP on a 1-rank NCCL group, forward, loss, backward, SGD) timed

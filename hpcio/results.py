@@ -112,6 +112,7 @@ def summarize_run(path):
         "ranks_missing": missing, "ranks_partial": partial,
         "steps_flushed": {str(r): n for r, n in flushed.items()},
         "ranks_summarized": used,
+        "exchange": config.get("exchange"),
         "metrics_cover": "the steps flushed by ranks_summarized (per-rank lists follow "
                          "that order)",
         "metrics": figures,

@@ -188,8 +188,8 @@ def _figures(run_dir):
             m = json.load(f).get("metrics") or {}
     except (OSError, ValueError):
         return {}
-    return {k: m.get(k) for k in ("au_percent", "stall_percent", "samples_per_s",
-                                  "mib_per_s")}
+    return {k: m.get(k) for k in ("au_percent", "stall_percent", "straggler_wait_percent",
+                                  "samples_per_s", "mib_per_s")}
 
 
 def _load(path):
@@ -257,7 +257,8 @@ def main(argv=None):
             r["status"], r["figures"] = "done", _figures(run_dir)
             r.pop("error", None)
             f = r["figures"]
-            fig = (f"AU {f['au_percent']:.1f}%  stall {f['stall_percent']:.1f}%"
+            fig = (f"AU {f['au_percent']:.1f}%  stall {f['stall_percent']:.1f}%  straggler "
+                   f"wait {f.get('straggler_wait_percent') or 0.0:.1f}%"
                    if f.get("au_percent") is not None else "no step measured")
         else:
             r["status"], r["error"] = "failed", _last_error(proc.stderr)

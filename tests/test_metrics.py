@@ -34,12 +34,15 @@ def test_steplog_components_add_up_and_grows():
     log = StepLog(2, origin=100.0)
     t = 100.0
     for s in range(5):  # more than its capacity: it grows (off the usual path)
-        st = [t + s + k * 0.1 for k in range(6)]
+        st = [t + s + k * 0.1 for k in range(8)]
         log.add(0, s, *st, st[0] - 0.5, st[0] + 0.05, st[0] + 0.08, records=4, nbytes=40)
     a = log.arrays()
     assert set(a) == set(STEP_FIELDS) and len(a["wall"]) == 5
     np.testing.assert_allclose(sum(a[c] for c in COMPONENTS), a["wall"])
-    np.testing.assert_allclose(a["wall"], 0.5)
+    np.testing.assert_allclose(a["wall"], 0.7)
+    # compute ends at t3; the barrier at t4, the allreduce at t5
+    np.testing.assert_allclose(a["straggler_wait"], 0.1)
+    np.testing.assert_allclose(a["exchange"], 0.1)
     np.testing.assert_allclose(a["fetch"], 0.05)
     np.testing.assert_allclose(a["prep"], 0.03)
     np.testing.assert_allclose(a["t0"], np.arange(5))
@@ -112,6 +115,29 @@ def test_summarize_across_ranks():
                   "first step of each epoch excluded", "samples/s (every step)", "rank 1"):
         assert label in text, label
     assert "9.000 s max" in text
+
+
+def test_straggler_wait_is_its_own_column_and_older_runs_had_none():
+    # rank 1 waits 0.3 s for its batch; rank 0, done early, waits for it in the exchange
+    late = _arrays([1.4], [1.0], [1], [0])
+    late["stall_other"][:] = 0.3
+    late["exchange"][:] = 0.1
+    early = _arrays([1.4], [1.0], [1], [0])
+    early["stall_other"][:] = 0.0
+    early["straggler_wait"][:] = 0.3
+    early["exchange"][:] = 0.1
+    s = summarize([rank_summary(early), rank_summary(late)])
+    assert s["stall_percent"] == pytest.approx(100 * 0.3 / 2.8)
+    assert s["straggler_wait_percent"] == pytest.approx(100 * 0.3 / 2.8)
+    assert s["exchange_percent"] == pytest.approx(100 * 0.2 / 2.8)
+    assert s["au_percent_all_steps"] == pytest.approx(100 / 1.4)  # AU = compute / wall
+    assert re.search(r"straggler wait / exchange % +10\.7 / 7\.1\n", format_table(s))
+    # a rank file from before the exchange: both components were 0
+    old = {k: v for k, v in _arrays([1.0], [0.5], [1], [0]).items()
+           if k not in ("straggler_wait", "exchange")}
+    r = rank_summary(old)
+    assert r["all"]["straggler_wait"] == r["all"]["exchange"] == 0.0
+    assert summarize([r])["straggler_wait_percent"] == 0.0
 
 
 def test_counters_and_delta():

@@ -127,6 +127,16 @@ def test_every_model_and_reader_completes(tmp_path, data, model, reader):
     s = check_run(out, 2, steps, epochs, batch)
     assert s["metrics"]["au_excludes_first_step"] is (not heavy)
     assert "AU %" in p.stdout and str(out) in p.stdout
+    # emulate exchanges its preset's model's gradients; DDP's exchange is inside compute
+    z = np.load(out / "rank-0.npz")
+    if model == "emulate":
+        assert s["exchange"]["bytes"] == 4 * 431_080 and (z["exchange"] > 0).all()
+    else:
+        assert s["exchange"]["bytes"] is None and "inside compute" in s["exchange"]["what"]
+        assert not z["straggler_wait"].any() and not z["exchange"].any()
+        # DDP on gloo: each step's first bucket is timed, inside compute
+        assert (z["first_bucket_wait"] > 0).all()
+        assert (z["first_bucket_wait"] < z["compute"]).all()
 
 
 @pytest.mark.mpi
@@ -188,6 +198,66 @@ def test_accounting_adds_up_with_emulated_steps(tmp_path, data):
         aus.append(z["compute"][keep].sum() / wall[keep].sum())
     # the summary's AU is the mean over ranks of compute / wall, first steps excluded
     assert summary["metrics"]["au_percent"] == pytest.approx(100 * np.mean(aus), rel=1e-9)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("via", ["gloo", "mpi"])
+def test_fast_rank_waits_for_the_slow_one_in_the_exchange(tmp_path, data, via):
+    """Ranks draw different compute times each step (seeded per rank): in every step the
+    rank that finished early waits in the exchange for the other, as long as the other's
+    extra time, and that is straggler wait, not its own wait for data."""
+    ds = data("packed", records=256)
+    out = tmp_path / "run"
+    mean, std, steps = 0.04, 0.015, 24
+    p = run_mpi(2, TRAIN + ["--data", ds.root, "--model", "emulate", "--reader", "memory",
+                            "--compute-time", mean, "--compute-dist", "uniform",
+                            "--compute-std", std, "--seed", 5, "--batch", 4,
+                            "--steps", steps, "--exchange-via", via, "--out", out])
+    assert p.returncode == 0, _fail(p)
+    s = check_run(out, 2, steps, 1, 4)
+    assert s["exchange"] == {"bytes": 4 * 431_080, "via": via,
+                             "what": "1,724,320 bytes: lenet's gradients (the mnist preset's "
+                                     "model)"}
+    z = [np.load(out / f"rank-{r}.npz") for r in range(2)]
+    keep = z[0]["step"] != 0  # the first step waits for the pipeline's start
+    # each rank's time to the exchange; the one that got there first waits the difference
+    arrive = np.array([(x["fetch"] + x["prep"] + x["stall_other"] + x["h2d"]
+                        + x["compute"])[keep] for x in z])
+    late = arrive.max(axis=0) - arrive
+    waited = np.array([x["straggler_wait"][keep] for x in z])
+    err = waited - late
+    assert np.median(np.abs(err)) < 0.002, err
+    assert np.mean(np.abs(err) < 0.005) >= 0.8, err
+    # and the difference is the other rank's extra compute (its seeded draws)
+    draws = np.array([_draws(mean, std, "uniform", 5, r, steps)[keep] for r in range(2)])
+    extra = draws.max(axis=0) - draws
+    # (no less; more by the barrier's floor and sleeps woken late: MPICH's waiting rank
+    # spins on a core the other one's wake-up may need on a busy 2-core machine)
+    assert 0.9 * extra.sum() <= waited.sum() <= 1.15 * extra.sum() + 0.003 * keep.sum()
+    assert extra.sum() > 0.2  # the ranks really were unbalanced
+    for x in z:
+        own = (x["fetch"] + x["prep"] + x["stall_other"])[keep]
+        assert np.median(own) < 0.002  # the memory reader: each batch is ready
+        assert (x["exchange"] > 0).all()
+    m = s["metrics"]
+    assert m["straggler_wait_percent"] > 5 and m["exchange_percent"] > 0
+    assert "straggler wait / exchange %" in p.stdout and f"over {via}" in p.stdout
+
+
+@pytest.mark.mpi
+def test_no_exchange_keeps_steps_independent(tmp_path, data):
+    ds = data("packed")
+    out = tmp_path / "run"
+    p = run_mpi(2, TRAIN + ["--data", ds.root, "--model", "emulate", "--batch", 4,
+                            "--steps", 5, "--exchange-model", "none", "--out", out])
+    assert p.returncode == 0, _fail(p)
+    s = check_run(out, 2, 5, 1, 4)
+    assert s["exchange"]["bytes"] is None and s["metrics"]["straggler_wait_percent"] == 0
+    for r in range(2):
+        z = np.load(out / f"rank-{r}.npz")
+        assert not z["straggler_wait"].any() and not z["exchange"].any()
+    assert "gradient exchange: none (--exchange-model none): ranks step independently" \
+        in p.stdout
 
 
 @pytest.mark.mpi
@@ -323,6 +393,9 @@ def _one_error(p):
     (["--offline", "--model", "cifar-quick", "--batch", "4"], "offline preprocessing needs"),
     (["--preprocess", "off", "--model", "lenet"], "only emulate runs on the bytes"),
     (["--reader-option", "bogus=1", "--batch", "4"], "reader 'coordinated' has no option bogus"),
+    (["--model", "emulate", "--exchange-model", "vgg16"], "invalid choice: 'vgg16'"),
+    (["--model", "emulate", "--batch", "4", "--exchange-bytes", str(1 << 60)],
+     "bytes of memory"),
 ])
 def test_bad_flags_give_one_line(tmp_path, data, args, says):
     ds = data("packed")

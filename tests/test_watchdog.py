@@ -16,9 +16,14 @@ from hpcio.train.stop import STALL_EXIT, StopFlag, Watchdog
 
 
 @pytest.mark.mpi
-def test_a_stopped_rank_ends_the_job_with_one_line(tmp_path):
-    """SIGSTOP one rank: the other waits in the stop vote (the emulated model has no
-    allreduce), its watchdog names the wait and aborts the job, the stopped rank too."""
+@pytest.mark.parametrize("exchange, waits", [
+    ("lenet", "gradient exchange"),  # every step
+    ("none", "stop vote"),  # independent steps: the next vote, within 4 steps
+])
+def test_a_stopped_rank_ends_the_job_with_one_line(tmp_path, exchange, waits):
+    """SIGSTOP one rank: the other waits in the next collective, the step's gradient
+    exchange or, with independent steps, the stop vote; its watchdog names the wait and
+    aborts the job, the stopped rank too."""
     ds = make_dataset(tmp_path, "packed", "raw", records=256)
     out = tmp_path / "run"
     # set-up must not trip it on a busy 2-core machine (torch's first optimiser imports
@@ -26,7 +31,7 @@ def test_a_stopped_rank_ends_the_job_with_one_line(tmp_path):
     timeout = 8
     with Job(2, ["--data", ds.root, "--model", "emulate", "--compute-time", "0.01",
                  "--batch", "4", "--epochs", "1000", "--out", out, "--stall-timeout",
-                 timeout, "--flush-interval", 1]) as job:
+                 timeout, "--flush-interval", 1, "--exchange-model", exchange]) as job:
         job.wait_for(out / "rank-1.npz")  # training
         pids = job.ranks(2)
         t = time.monotonic()
@@ -37,7 +42,7 @@ def test_a_stopped_rank_ends_the_job_with_one_line(tmp_path):
     assert timeout <= took <= 2 * timeout + 3, took
     lines = [ln for ln in job.stderr.splitlines() if ln.startswith("hpcio.")]
     assert lines == [f"hpcio.train: rank 0: no progress for {timeout} s, waiting for the "
-                     f"stop vote (a collective of every rank); ending the job "
+                     f"{waits} (a collective of every rank); ending the job "
                      f"(--stall-timeout)"], job.stderr
     assert "Traceback" not in job.stderr
     assert (out / "rank-1.npz").exists() and not (out / "summary.json").exists()

@@ -292,10 +292,12 @@ def _draw(a, out):
         made.append((fig.breakdown(
             [{"reader": key(r), "ranks": r["ranks"], "compute_s": r["compute_s"],
               "fetch_s": r["fetch_s"], "prep_s": r["prep_s"],
-              "other_s": r["stall_other_s"] + r["rest_s"]} for r in rows],
+              "other_s": r["stall_other_s"] + r.get("straggler_s", 0.0) + r["rest_s"]}
+             for r in rows],
             os.path.join(out, "breakdown.png")),
             "Seconds per step by P (steady state, medians over repeats): compute, the wait "
-            "for the reader (exposed fetch), preprocessing, the rest"))
+            "for the reader (exposed fetch), preprocessing, the rest (straggler wait and "
+            "exchange included)"))
     worst = max((r for r in a.runs if a.figures.get(r.path)),
                 key=lambda r: (a.figures[r.path]["stall_max_s"], r.ranks), default=None)
     if worst is not None:

@@ -20,13 +20,14 @@ import numpy as np
 import yaml
 
 from ..errors import HpcioError
+from ..measure.steps import SINCE_EXCHANGE
 from .darshanlog import DarshanLog, read_log
 
 __all__ = ["Run", "load_run", "expand", "load"]
 
 SWEEP = "sweep.json"
 STEP_COLUMNS = ("epoch", "step", "t0", "wall", "fetch", "prep", "stall_other", "h2d",
-                "compute", "ckpt", "other", "records", "nbytes")
+                "compute", "straggler_wait", "exchange", "ckpt", "other", "records", "nbytes")
 # a log is the run's when it starts before the run's first step and ends after its last,
 # within this slack (seconds: clocks of several nodes, the log's whole-second rounding)
 _SLACK = 2.0
@@ -99,12 +100,15 @@ def _load_steps(run):
         p = os.path.join(run.path, f"rank-{r}.npz")
         try:
             with np.load(p) as z:
-                missing = [c for c in STEP_COLUMNS if c not in z.files]
+                missing = [c for c in STEP_COLUMNS
+                           if c not in z.files and c not in SINCE_EXCHANGE]
                 if missing:
                     _problem(run, p, f"older step format without {', '.join(missing)}; "
                                      f"this run's step tables are left out")
                     return {}
-                arrays = {c: z[c] for c in STEP_COLUMNS}
+                # runs from before the exchange stepped independently: theirs were 0
+                arrays = {c: z[c] if c in z.files else np.zeros(len(z["step"]))
+                          for c in STEP_COLUMNS}
         except FileNotFoundError:
             _problem(run, p, "missing; this run's step tables are left out")
             return {}

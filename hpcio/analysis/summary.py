@@ -42,6 +42,10 @@ def summarize(per_rank):
         "fetch_percent": pct(sum(m["fetch"] for m in every)),
         "prep_percent": pct(sum(m["prep"] for m in every)),
         "stall_other_percent": pct(sum(m["stall_other"] for m in every)),
+        "straggler_wait_percent": pct(sum(m.get("straggler_wait", 0.0) for m in every)),
+        "exchange_percent": pct(sum(m.get("exchange", 0.0) for m in every)),
+        "first_bucket_wait_s_mean": (sum(m.get("first_bucket_wait", 0.0) for m in every)
+                                     / max(1, sum(r["steps"] for r in per_rank))),
         "h2d_percent": pct(sum(m["h2d"] for m in every)),
         "compute_percent": pct(sum(m["compute"] for m in every)),
         "ckpt_percent": pct(sum(m["ckpt"] for m in every)),
@@ -95,8 +99,11 @@ def format_table(s, title=""):
         ("first-step wait", "-" if wait is None else
          f"{wait:.3f} s mean, {s['first_step_wait_s_max']:.3f} s max over ranks and "
          f"epochs"),
-        ("stall %", f"{s['stall_percent']:.1f}  (fetch {s['fetch_percent']:.1f} / prep "
-                    f"{s['prep_percent']:.1f} / other {s['stall_other_percent']:.1f})"),
+        ("stall % (own wait)", f"{s['stall_percent']:.1f}  (fetch {s['fetch_percent']:.1f} "
+                               f"/ prep {s['prep_percent']:.1f} / other "
+                               f"{s['stall_other_percent']:.1f})"),
+        ("straggler wait / exchange %", f"{s.get('straggler_wait_percent', 0.0):.1f} / "
+                                        f"{s.get('exchange_percent', 0.0):.1f}"),
         ("h2d / compute / ckpt / other %",
          f"{s['h2d_percent']:.1f} / {s['compute_percent']:.1f} / {s['ckpt_percent']:.1f}"
          f" / {s['other_percent']:.1f}"),
@@ -106,6 +113,10 @@ def format_table(s, title=""):
          f"{s['slowest_rank']}) / {s['epoch_time_s_fastest']:.3f} s (rank "
          f"{s['fastest_rank']})" + (f" = {ratio:.2f}x" if ratio else "")),
     ]
+    if s.get("first_bucket_wait_s_mean"):
+        rows.insert(-3, ("first-bucket wait (in compute)",
+                         f"{1000 * s['first_bucket_wait_s_mean']:.2f} ms per step (DDP: its "
+                         f"first gradient bucket ready -> reduced)"))
     w = max(len(k) for k, _ in rows)
     lines += [f"  {k:<{w}}  {v}" for k, v in rows]
     return "\n".join(lines)
@@ -120,6 +131,8 @@ SIDE_BY_SIDE_ROWS = [  # (label, summary.json metrics key, format)
     ("stall %", "stall_percent", "{:.2f}"),
     ("  fetch %", "fetch_percent", "{:.2f}"),
     ("  prep %", "prep_percent", "{:.2f}"),
+    ("straggler wait %", "straggler_wait_percent", "{:.2f}"),
+    ("exchange %", "exchange_percent", "{:.2f}"),
     ("compute %", "compute_percent", "{:.1f}"),
     ("epoch s, slowest rank", "epoch_s_mean", "{:.3f}"),
     ("all epochs s, slowest", "epoch_time_s_slowest", "{:.3f}"),

@@ -2,8 +2,9 @@
 
 * **A** per dataset x reader x format x ranks, over repeats: step time, stall per step (max
   over ranks: what a synchronous allreduce waits on; mean over ranks), stall fraction and
-  its fetch/prep split, AU, samples/s, MiB/s, scaling efficiency against the smallest rank
-  count, and the spread of stall and AU over repeats.
+  its fetch/prep split, straggler wait and exchange fractions, AU, samples/s, MiB/s,
+  scaling efficiency against the smallest rank count, and the spread of stall and AU over
+  repeats.
 * **B** per run, from its Darshan log, over the dataset's files: bytes and reads per rank by
   module, request sizes, random and misaligned shares, collective MPI-IO, per-rank I/O time
   (PyDarshan's ``agg_time_by_slowest``: the slowest rank's read + write + metadata time),
@@ -90,12 +91,15 @@ def run_figures(run):
         "fetch_pct": pct(s["fetch"], every),
         "prep_pct": pct(s["prep"], every),
         "stall_other_pct": pct(s["stall_other"], every),
+        "straggler_pct": pct(s["straggler_wait"], every),
+        "exchange_pct": pct(s["exchange"], every),
         "stall_pct_steady": pct(stall_all, m),
         "fetch_pct_steady": pct(s["fetch"], m),
         "prep_pct_steady": pct(s["prep"], m),
         "first_wait_s": float(stall_all[:, first].max()) if first.any() else float("nan"),
         "compute_s": float(comp.mean()),
-        "rest_s": float((s["h2d"] + s["ckpt"] + s["other"])[:, m].mean()),
+        "rest_s": float((s["h2d"] + s["exchange"] + s["ckpt"] + s["other"])[:, m].mean()),
+        "straggler_s": float(s["straggler_wait"][:, m].mean()),
         "fetch_s": float(s["fetch"][:, m].mean()),
         "prep_s": float(s["prep"][:, m].mean()),
         "stall_other_s": float(s["stall_other"][:, m].mean()),
@@ -122,6 +126,8 @@ def table_a(runs, figures):
             ("repeats", "runs", "{}"), ("stall_pct", "stall % every step", "{:.1f}"),
             ("fetch_pct", "fetch % every step", "{:.1f}"),
             ("prep_pct", "prep % every step", "{:.1f}"),
+            ("straggler_pct", "straggler wait % every step", "{:.1f}"),
+            ("exchange_pct", "exchange % every step", "{:.1f}"),
             ("stall_pct_steady", "stall % steady", "{:.1f}"),
             ("first_wait_s", "first-step wait s, max", "{:.3f}"),
             ("au_pct", "AU % MLPerf rule", "{:.1f}"), ("au_all_pct", "AU % every step", "{:.1f}"),
@@ -150,8 +156,11 @@ def table_a(runs, figures):
             if b["samples_s"] else float("nan")
     return Table("table-a", "A: per reader x format x ranks (medians over repeats)", cols,
                  rows, "Every step: the definition of the run's summary.json and console "
-                       "table (hpcio.measure.steps); steady: each epoch's first step (the "
-                       "pipeline's start-up) left out, as MLPerf Storage's AU rule does. "
+                       "table (hpcio.measure.steps). Stall: each rank's own wait for its "
+                       "batch; straggler wait: the time it then waits in the gradient "
+                       "exchange for the slowest rank (0 for runs without one). Steady: "
+                       "each epoch's first step (the pipeline's start-up) left out, as "
+                       "MLPerf Storage's AU rule does. "
                        "Stall per step: the mean over steady steps of the max (or mean) over "
                        "ranks. First-step wait: the longest wait for an epoch's first batch. "
                        "Scaling efficiency: samples/s per rank against the smallest rank "

@@ -4,23 +4,56 @@ Step accounting (per rank, per step; ``time.perf_counter`` stamps taken back to 
 the components add up to the step's wall time exactly)::
 
     t0 step start ─ wait for the next prepared batch ─ t1 ─ host-to-device copy ─ t2
-       ─ forward + backward + gradient allreduce + optimiser step (device-synchronised;
-         for ``emulate`` the sleep) ─ t3 ─ checkpoint, if due ─ t4 ─ bookkeeping ─ t5
-    and t5 is the next step's t0.
+       ─ forward + backward + optimiser step (device-synchronised; DDP's gradient
+         allreduce inside it; for ``emulate`` the sleep) ─ t3 ─ emulate's gradient exchange:
+         barrier ─ t4 ─ allreduce ─ t5 ─ checkpoint, if due ─ t6 ─ bookkeeping ─ t7
+    and t7 is the next step's t0.
 
-=============  ==============================================================================
-component      definition
-=============  ==============================================================================
-stall          t1 - t0: training blocked waiting for its batch; split into
-fetch          the part of [t0, t1] that overlaps the batch's reader call [t_fetch0, t_fetch1]
-prep           the part of [t0, t1] that overlaps its preprocessing [t_fetch1, t_prep1]
-stall_other    stall - fetch - prep: hand-over, queueing, exchange between ranks
-h2d            t2 - t1: host-to-device copy (synchronised on GPU; ~0 on CPU)
-compute        t3 - t2: what an accelerator would be busy with
-ckpt           t4 - t3: checkpoint written in this step (0 in most steps, and on ranks > 0)
-other          t5 - t4: harness bookkeeping (records, stop vote, progress bar)
-wall           t5 - t0 = fetch + prep + stall_other + h2d + compute + ckpt + other
-=============  ==============================================================================
+==============  =============================================================================
+component       definition
+==============  =============================================================================
+stall           t1 - t0: this rank's *own wait*, training blocked for its batch; split into
+fetch           the part of [t0, t1] that overlaps the batch's reader call [t_fetch0, t_fetch1]
+prep            the part of [t0, t1] that overlaps its preprocessing [t_fetch1, t_prep1]
+stall_other     stall - fetch - prep: hand-over, queueing
+h2d             t2 - t1: host-to-device copy (synchronised on GPU; ~0 on CPU)
+compute         t3 - t2: what an accelerator would be busy with
+straggler_wait  t4 - t3: waiting in the exchange for the slowest rank to arrive: a zero-byte
+                barrier that ends when the last rank has entered it
+exchange        t5 - t4: the gradient allreduce itself, every rank present
+ckpt            t6 - t5: checkpoint written in this step (0 in most steps, and on ranks > 0)
+other           t7 - t6: harness bookkeeping (records, stop vote, progress bar)
+wall            t7 - t0 = fetch + prep + stall_other + h2d + compute + straggler_wait
+                + exchange + ckpt + other
+==============  =============================================================================
+
+Why a barrier before the allreduce: a blocking allreduce mixes two things, waiting for the
+last rank and moving the bytes. The barrier separates them on each rank's own clock, with
+no comparison of clocks across nodes (which do not share one). Its price is one
+small-message collective per step, charged to ``straggler_wait``: a job whose ranks arrive
+together shows that floor (gloo: 69 us in a tight loop, 1.2-1.3 ms per step on a busy
+2-core VM where a rank blocked in it must be woken; benchmarks/design.md). A data-parallel
+job loses the *maximum* over ranks of the own wait each step; the straggler wait is where
+the faster ranks pay for it. Both collectives go over gloo by default, not MPI: with
+MPICH's global lock an MPI barrier would also wait for the coordinated reader's MPI-IO
+reads on its I/O thread, and charge them to the straggler wait
+(:mod:`hpcio.train.exchange`).
+
+Where each is measured: ``emulate`` exchanges a buffer the size of a model's gradients
+(:mod:`hpcio.train.exchange`) after its sleep, so both columns are measured. Real models
+under DDP overlap the allreduce with backward, bucket by bucket: the exchange and the wait
+for stragglers happen inside ``compute`` and cannot be cut out of it without changing what
+is measured, so there ``straggler_wait`` and ``exchange`` are 0 and ``compute`` includes
+them (Horovod likewise, in the optimiser step). What can be measured there honestly is
+``first_bucket_wait`` (not a component: it lies inside ``compute``): from this rank's first
+gradient bucket being ready in backward to that bucket's allreduce done, DDP on gloo only
+(:class:`hpcio.train.dist.FirstBucket`). On the ranks that reach backward early it is their
+wait for the slowest one to arrive, plus one small bucket's transfer; how much of it
+backward hid behind its own work, and the wait for later buckets, cannot be told apart
+from compute. NCCL completes the allreduce on the GPU's stream: not timed there (0).
+
+With ``--exchange-model none`` the ranks step independently and ``straggler_wait`` and
+``exchange`` are exactly 0 (t3 = t4 = t5).
 
 Summary figures (:func:`hpcio.analysis.summary.summarize`), computed at the end from the
 ranks' :func:`rank_summary`. Throughput and the time split count **every step** (whole
@@ -42,8 +75,11 @@ epochs); AU is given both ways, each labelled:
 * **first-step wait** = the stall of each epoch's first step (the time to the epoch's
   first batch): per epoch, mean and max over ranks (``per_epoch``), and mean and max over
   ranks and epochs (``first_step_wait_s_mean`` / ``_max``).
-* **stall %** = sum of stall / sum of wall over all ranks' steps, with its
-  fetch / prep / stall_other split; likewise h2d %, compute %, ckpt %, other %.
+* **first-bucket wait** (``first_bucket_wait_s_mean``, DDP on gloo) = first_bucket_wait
+  per step, the mean over ranks and every step; 0 where not measured.
+* **stall %** = sum of stall (own wait) / sum of wall over all ranks' steps, with its
+  fetch / prep / stall_other split; likewise **straggler wait %**, exchange %, h2d %,
+  compute %, ckpt %, other %.
 * **slowest vs fastest rank**: each rank's time over all epochs (sum of its step walls,
   all steps: ``epoch_time_s_*``); max / min over ranks and which ranks.
 * **epoch time** (``epoch_s_mean``) = one epoch's wall time on its slowest rank, the mean
@@ -53,18 +89,25 @@ Changed in summary.json: ``samples_per_s``, ``mib_per_s`` and the ``*_percent``
 time split used to leave out each epoch's first step, as AU does; they count every step
 now. ``au_percent`` (and its ``_min``, ``_max``, ``_per_rank``, ``per_epoch``) keeps
 MLPerf Storage's rule; ``au_percent_all_steps`` (same companions) and the first-step wait
-are new.
+are new. Later: ``straggler_wait``, ``exchange`` (components) and ``first_bucket_wait``
+joined the step arrays, their ``*_percent`` and ``first_bucket_wait_s_mean`` the summary;
+run directories from before them read back with zeros (their ranks did not exchange).
 """
 
 import time
 
 import numpy as np
 
-__all__ = ["STEP_FIELDS", "COMPONENTS", "StepLog", "split_stall", "rank_summary"]
+__all__ = ["STEP_FIELDS", "COMPONENTS", "SINCE_EXCHANGE", "StepLog", "split_stall",
+           "rank_summary"]
 
 STEP_FIELDS = ("epoch", "step", "t0", "wall", "fetch", "prep", "stall_other", "h2d",
-               "compute", "ckpt", "other", "records", "nbytes", "fetch_s", "prep_s")
-COMPONENTS = ("fetch", "prep", "stall_other", "h2d", "compute", "ckpt", "other")
+               "compute", "straggler_wait", "exchange", "ckpt", "other", "records",
+               "nbytes", "fetch_s", "prep_s", "first_bucket_wait")
+COMPONENTS = ("fetch", "prep", "stall_other", "h2d", "compute", "straggler_wait",
+              "exchange", "ckpt", "other")
+# fields older run directories lack: they had no exchange, so theirs were 0
+SINCE_EXCHANGE = ("straggler_wait", "exchange", "first_bucket_wait")
 _COL = {f: i for i, f in enumerate(STEP_FIELDS)}
 
 
@@ -86,15 +129,15 @@ class StepLog:
         self.n = 0
         self.origin = time.perf_counter() if origin is None else origin
 
-    def add(self, epoch, step, t0, t1, t2, t3, t4, t5, f0, f1, p1, records, nbytes,
-            fetch_s=0.0, prep_s=0.0):
+    def add(self, epoch, step, t0, t1, t2, t3, t4, t5, t6, t7, f0, f1, p1, records, nbytes,
+            fetch_s=0.0, prep_s=0.0, first_bucket_wait=0.0):
         """Record one step from its time stamps (see the module docstring)."""
         if self.n == len(self.rows):  # only if the plan was longer than announced
             self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
         fetch, prep, other = split_stall(t0, t1, f0, f1, p1)
-        self.rows[self.n] = (epoch, step, t0 - self.origin, t5 - t0, fetch, prep, other,
-                             t2 - t1, t3 - t2, t4 - t3, t5 - t4, records, nbytes,
-                             fetch_s, prep_s)
+        self.rows[self.n] = (epoch, step, t0 - self.origin, t7 - t0, fetch, prep, other,
+                             t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6, records,
+                             nbytes, fetch_s, prep_s, first_bucket_wait)
         self.n += 1
 
     def column(self, name):
@@ -127,6 +170,7 @@ def rank_summary(arrays, exclude_first=True):
     so ranks can gather them at the end. ``all`` sums every step, ``measured`` the steps
     of MLPerf Storage's AU rule; ``au`` / ``au_all_steps`` are the two AUs."""
     step, epoch = arrays["step"], arrays["epoch"]
+    arrays = dict({c: np.zeros(len(step)) for c in SINCE_EXCHANGE}, **arrays)
     mask = _included(epoch, step, exclude_first)
     if exclude_first and not mask.any():
         mask = np.ones(len(step), dtype=bool)
@@ -134,7 +178,7 @@ def rank_summary(arrays, exclude_first=True):
     out = {"steps": int(len(step)), "steps_measured": int(mask.sum()),
            "au_excludes_first_step": bool(exclude_first)}
     for key, m in (("all", np.ones(len(step), dtype=bool)), ("measured", mask)):
-        d = {c: float(arrays[c][m].sum()) for c in COMPONENTS + ("wall",)}
+        d = {c: float(arrays[c][m].sum()) for c in COMPONENTS + ("wall", "first_bucket_wait")}
         d["records"] = int(arrays["records"][m].sum())
         d["nbytes"] = int(arrays["nbytes"][m].sum())
         out[key] = d
@@ -154,7 +198,8 @@ def rank_summary(arrays, exclude_first=True):
                                         if wall_e else 0.0),
                        "first_step_wait": (float(stall[first].sum()) if first.any()
                                            else None),
-                       "stall": float(stall[em].sum())})
+                       "stall": float(stall[em].sum()),
+                       "straggler_wait": float(arrays["straggler_wait"][em].sum())})
     out["epochs"] = epochs
     m = out["measured"]
     out["au"] = m["compute"] / m["wall"] if m["wall"] else 0.0

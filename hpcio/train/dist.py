@@ -9,7 +9,8 @@ scripts; setting ``MASTER_ADDR`` / ``MASTER_PORT`` still overrides the choice.
 Backends (``--dist``), in a registry:
 
 * ``torch`` (default): ``torch.distributed`` with NCCL on GPUs, gloo on CPUs, and the model
-  wrapped in ``DistributedDataParallel``.
+  wrapped in ``DistributedDataParallel``; on gloo a comm hook times each step's first
+  gradient bucket (:class:`FirstBucket`).
 * ``horovod``: Horovod's ``DistributedOptimizer`` over MPI. Optional: its last release
   (0.28.1) does not build against PyTorch >= 2.1 as shipped. ``make horovod``
   (scripts/install-horovod.sh) builds it into the venv against torch 2.13 and the venv's
@@ -28,11 +29,15 @@ Backends (``--dist``), in a registry:
   ``mpiexec``/``srun`` directly.
 * ``none``: no gradient exchange (each rank trains alone; an I/O-only baseline).
 
-The ``emulate`` model has no gradients to exchange and uses ``none`` whatever is asked.
+The ``emulate`` model has no gradients of its own and uses ``none`` whatever is asked; it
+exchanges a gradient-sized buffer itself (:mod:`hpcio.train.exchange`), over a gloo group
+started here by :func:`init_process_group`: gloo's TCP transport takes no MPI lock, so the
+coordinated reader's MPI-IO reads cannot delay it.
 """
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -40,7 +45,8 @@ from ..errors import HpcioError
 from ..mpiutil import node_comm, on_root
 
 __all__ = ["World", "init_world", "pick_device", "DISTS", "TorchDist", "HorovodDist",
-           "NoDist", "check_dist", "make_dist", "free_port", "master_address"]
+           "NoDist", "check_dist", "make_dist", "free_port", "master_address",
+           "init_process_group", "FirstBucket"]
 
 
 @dataclass
@@ -131,8 +137,46 @@ class NoDist:
     def wrap(self, model, optimizer):
         return model, optimizer
 
+    def first_bucket_wait(self):
+        """Seconds the last step's first gradient bucket took to be reduced (0: not
+        measured)."""
+        return 0.0
+
     def close(self):
         pass
+
+
+class FirstBucket:
+    """DDP comm hook: DDP's own allreduce of each bucket (the mean), and for each step's
+    first bucket the time from its being ready to its allreduce done. Backward's first
+    bucket is every rank's arrival at the exchange; on the ranks that arrive early, that
+    allreduce ends when the last rank arrives, so this is their wait for the slowest
+    rank, plus one small bucket's transfer (DDP caps the first bucket at 1 MiB). It is
+    measured on each rank's own clock, and inside compute (backward goes on meanwhile).
+    Only for gloo: NCCL completes the future on the GPU's stream, where a host clock
+    stamp does not say when the bytes arrived."""
+
+    def __init__(self):
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        self.allreduce = allreduce_hook
+        self.ready = self.done = None
+
+    def hook(self, state, bucket):
+        fut = self.allreduce(state, bucket)
+        if bucket.index() != 0:
+            return fut
+        self.ready = time.perf_counter()
+
+        def stamp(f):
+            self.done = time.perf_counter()
+            return f.value()
+        return fut.then(stamp)
+
+    def take(self):
+        """The last step's wait, and forget it."""
+        wait = self.done - self.ready if self.ready is not None and self.done else 0.0
+        self.ready = self.done = None
+        return max(0.0, wait)
 
 
 def _rendezvous(world):
@@ -141,6 +185,17 @@ def _rendezvous(world):
         return master_address(world), int(os.environ.get("MASTER_PORT") or free_port())
     except OSError as e:
         raise HpcioError(f"cannot pick an address for torch.distributed: {e}")
+
+
+def init_process_group(world, backend):
+    """torch.distributed's default group over the MPI job's ranks (collective): rank 0's
+    address and a free port, broadcast over MPI."""
+    import torch.distributed as td
+    addr, port = on_root(world.comm, lambda: _rendezvous(world), share=True)
+    td.init_process_group(backend, init_method=f"tcp://{addr}:{port}",
+                          rank=world.rank, world_size=world.size,
+                          timeout=timedelta(seconds=int(
+                              os.environ.get("HPCIO_DIST_TIMEOUT", "600"))))
 
 
 class TorchDist(NoDist):
@@ -153,14 +208,11 @@ class TorchDist(NoDist):
         import torch.distributed as td
         self.backend = "nccl" if device.type == "cuda" else "gloo"
         self.td = td
+        self.first_bucket = None
         if world.size == 1:
             self.initialised = False
             return
-        addr, port = on_root(world.comm, lambda: _rendezvous(world), share=True)
-        td.init_process_group(self.backend, init_method=f"tcp://{addr}:{port}",
-                              rank=world.rank, world_size=world.size,
-                              timeout=timedelta(seconds=int(
-                                  os.environ.get("HPCIO_DIST_TIMEOUT", "600"))))
+        init_process_group(world, self.backend)
         self.initialised = True
 
     def wrap(self, model, optimizer):
@@ -168,7 +220,14 @@ class TorchDist(NoDist):
             return model, optimizer
         from torch.nn.parallel import DistributedDataParallel as DDP
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return DDP(model, device_ids=ids, output_device=ids[0] if ids else None), optimizer
+        ddp = DDP(model, device_ids=ids, output_device=ids[0] if ids else None)
+        if self.backend == "gloo":
+            self.first_bucket = FirstBucket()
+            ddp.register_comm_hook(None, self.first_bucket.hook)
+        return ddp, optimizer
+
+    def first_bucket_wait(self):
+        return self.first_bucket.take() if self.first_bucket is not None else 0.0
 
     def close(self):
         if self.initialised and self.td.is_initialized():

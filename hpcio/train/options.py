@@ -13,6 +13,7 @@ from ..progress import EVERY
 from ..readers import READERS, check_options
 from ..readers.hints import parse_hints
 from .emulate import DISTRIBUTIONS
+from .exchange import EXCHANGE_MODELS, PRESET_MODELS, TRANSPORTS
 from .models import MODELS
 
 __all__ = ["build_parser", "parse_args", "reader_options", "MODEL_NAMES", "READER_NAMES"]
@@ -67,6 +68,18 @@ def build_parser():
                    help="emulate: distribution of the compute time")
     g.add_argument("--compute-std", type=seconds, default=0.0, metavar="S",
                    help="emulate: standard deviation of the compute time")
+    presets = ", ".join(f"{k}: {v}" for k, v in PRESET_MODELS.items())
+    g.add_argument("--exchange-model", default=None, choices=EXCHANGE_MODELS,
+                   help="emulate: allreduce a buffer of this model's gradients (float32 x "
+                        "its parameters) every step, as data parallelism does; 'none': "
+                        "ranks step independently. Default: the model of the preset the "
+                        f"data were made from ({presets}); none for data without one")
+    g.add_argument("--exchange-bytes", type=integer(0), default=None, metavar="N",
+                   help="emulate: allreduce N bytes every step instead (0: the barrier "
+                        "only, as DLIO's)")
+    g.add_argument("--exchange-via", default="gloo", choices=tuple(TRANSPORTS),
+                   help="emulate: the exchange's transport: torch.distributed gloo (no "
+                        "MPI lock, so MPI-IO readers cannot delay it) or MPI")
     g.add_argument("--lr", type=positive, default=0.01, help="SGD learning rate")
     g.add_argument("--momentum", type=seconds, default=0.9, help="SGD momentum")
     g = p.add_argument_group("training")
@@ -180,6 +193,12 @@ def parse_args(argv=None):
     if args.compute_std > 0 and args.compute_dist == "fixed":
         raise HpcioError("--compute-std needs --compute-dist normal, uniform or lognormal",
                          everywhere=True)
+    if args.exchange_model is not None and args.exchange_bytes is not None:
+        raise HpcioError("give --exchange-model or --exchange-bytes, not both",
+                         everywhere=True)
+    if args.model != "emulate" and (args.exchange_model or args.exchange_bytes is not None):
+        raise HpcioError(f"--exchange-model/--exchange-bytes are for emulate: model "
+                         f"{args.model} exchanges its own gradients", everywhere=True)
     if args.preprocess == "auto":
         args.preprocess = "off" if args.model == "emulate" else "on"
     if args.preprocess == "off" and args.model != "emulate":

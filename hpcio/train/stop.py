@@ -61,8 +61,8 @@ class StopVote:
     earlier; every rank thus acts on the same vote at the same step, at most
     ``2 * every`` steps after the signal. Ranks may drift apart by up to ``every`` steps
     before a fast one waits in the vote: the vote does not couple ranks that training
-    itself does not couple (the emulated model has no allreduce; DDP couples them every
-    step anyway). One vote is in flight at a time: MPICH 5.0.2 was seen to corrupt its heap
+    itself does not couple (the emulated model with ``--exchange-model none``; its gradient
+    exchange and DDP couple them every step anyway). One vote is in flight at a time: MPICH 5.0.2 was seen to corrupt its heap
     with eight nonblocking allreduces outstanding on one communicator. The vote uses its
     own duplicate of the communicator, so it never mixes with the readers' collectives.
     :meth:`settle` completes the vote in flight and takes one more (at an epoch's end)."""

@@ -5,9 +5,11 @@
 
 Every rank executes the same sample plan (:mod:`hpcio.plan`) through the chosen reader and
 the preprocessing pipeline, trains a real model (DDP; NCCL on GPUs, gloo on CPUs) or the
-``emulate`` model (a timed sleep, as DLIO and MLPerf Storage do), and records per step how
-long it waited for data and why (:mod:`hpcio.measure.steps`). Results go to a run
-directory (:mod:`hpcio.measure.results`); rank 0 prints a table at the end.
+``emulate`` model (a timed sleep, as DLIO and MLPerf Storage do, then an allreduce of a
+gradient-sized buffer: :mod:`hpcio.train.exchange`), and records per step how long it
+waited for its own data, for the other ranks, and why (:mod:`hpcio.measure.steps`).
+Results go to a run directory (:mod:`hpcio.measure.results`); rank 0 prints a table at
+the end.
 
 Nothing measured is lost and no rank waits silently: every rank flushes its step arrays
 and counters (marked partial) at each epoch end and every ``--flush-interval`` seconds on a
@@ -45,6 +47,7 @@ from ..readers import READERS, check_dataset, make_reader
 from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpoint
 from .dist import check_dist, init_world, make_dist, pick_device
 from .emulate import SPEC, ComputeTime, EmulatedModel, ReadOnly
+from .exchange import NoExchange, check_fits, exchange_size, make_exchange
 from .models import make_model
 from .options import parse_args, reader_options
 from .pipeline import Pipeline
@@ -221,6 +224,8 @@ class Run:
     t_begin: float = 0.0
     watchdog: Watchdog = None
     env: dict = None  # rank 0's env.json, rewritten once the cache state is known per node
+    exchange: object = field(default_factory=NoExchange)
+    exchange_info: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -262,6 +267,7 @@ def setup(args):
     check_dataset(args.reader, ds, reader_options(args))
     wd.mark("the model's construction")
     model, spec = _build_model(args, ds, world)
+    exchange_info = _exchange_plan(args, ds, world, dist_name)
     input_shape = _input_shape(args, ds, spec)
     plan0 = make_plan(ds.records, world.size, world.rank, args.batch, epoch=0,
                       seed=args.seed, shuffle=args.shuffle, drop_last=args.drop_last)
@@ -296,6 +302,7 @@ def setup(args):
 
     wd.mark("the gradient exchange's set-up (collectives)")
     dist = make_dist(dist_name, world, device)
+    exchange = make_exchange(exchange_info["bytes"], exchange_info["via"], world)
     model = model.to(device)
     wd.mark("the optimiser's set-up (its first use imports torch's compiler, seconds)")
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
@@ -317,13 +324,32 @@ def setup(args):
         "input_shape": list(input_shape), "num_classes": classes,
         "dist_backend": getattr(dist, "backend", dist_name), "dist_used": dist_name,
         "device_rank0": str(device), "torch_threads": threads,
-        "checkpoint_dir": ckpt_dir, "reader_options": ropts,
+        "checkpoint_dir": ckpt_dir, "reader_options": ropts, "exchange": exchange_info,
     })
     if world.rank == 0:
         out.yaml("config.yaml", _jsonable(config))
         out.json("env.json", env)
     return Run(args, world, device, ds, model, optimizer, dist, step_fn, pipe, out, ropts,
-               reopen, steps_per_epoch, threads, ckpt_dir, _fault(), t_begin, wd, env)
+               reopen, steps_per_epoch, threads, ckpt_dir, _fault(), t_begin, wd, env,
+               exchange, exchange_info)
+
+
+
+def _exchange_plan(args, ds, world, dist_name):
+    """The gradient exchange, for config and summary: emulate's (bytes per step, checked
+    to fit), or a real model's, DDP's or Horovod's, inside its compute
+    (hpcio.measure.steps says why). Collective."""
+    if args.model != "emulate":
+        what = ("none (--dist none)" if dist_name == "none" or world.size == 1 else
+                f"{dist_name}: inside compute (the allreduce overlaps backward; straggler "
+                f"wait and exchange are not measured apart)")
+        return {"bytes": None, "via": dist_name, "what": what}
+    nbytes, what = exchange_size(args.exchange_model, args.exchange_bytes, ds.manifest)
+    if nbytes is not None and world.size == 1:
+        nbytes, what = None, "none: one rank"
+    check_fits(nbytes, world)
+    return {"bytes": nbytes, "via": args.exchange_via if nbytes is not None else "none",
+            "what": what}
 
 
 # what a rank waits for, as the watchdog says it
@@ -331,6 +357,7 @@ WAIT_VOTE = "the stop vote (a collective of every rank)"
 WAIT_EPOCH = "the reader's epoch set-up (cache state, reader open: collectives)"
 WAIT_BATCH = "a batch (reader and preprocessing)"
 WAIT_STEP = "the step's compute (forward, backward, gradient allreduce)"
+WAIT_EXCHANGE = "the gradient exchange (a collective of every rank)"
 WAIT_CKPT = "a checkpoint write"
 WAIT_WRITE = "this rank's result files"
 WAIT_GATHER = "the end-of-run gather of the ranks' summaries (a collective)"
@@ -411,10 +438,10 @@ def train(run):
 
 
 def _epoch(run, t, reader, plan, epoch, vote, bar):
-    """One epoch's steps, each stamped t0..t5 back to back (see
+    """One epoch's steps, each stamped t0..t7 back to back (see
     :mod:`hpcio.measure.steps`); returns (steps done, start, end)."""
-    world, device, step_fn, log, wd = (run.world, run.device, run.step_fn, t.log,
-                                       run.watchdog)
+    world, device, step_fn, log, wd, exchange = (run.world, run.device, run.step_fn, t.log,
+                                                 run.watchdog, run.exchange)
     cuda = device.type == "cuda"
     every = run.args.checkpoint_every
     gstep = log.n
@@ -438,13 +465,15 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
             t2 = _now()
             loss = step_fn(x, y)
             t3 = _now()
+            wd.mark(WAIT_EXCHANGE)
+            t4, t5 = exchange(t3)
             if every and (gstep + 1) % every == 0 and world.rank == 0:
                 wd.mark(WAIT_CKPT)
                 t.checkpoints.append(_checkpoint(run.ckpt_dir, run.model, run.optimizer,
                                                  epoch, s, gstep))
-                t4 = _now()
+                t6 = _now()
             else:
-                t4 = t3
+                t6 = t5
             if loss is not None:
                 t.losses[log.n] = float(loss)
             gstep += 1
@@ -453,10 +482,11 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
                 bar.update(1)
             wd.mark(WAIT_VOTE)
             want_stop = vote.poll(bool(t.stop))
-            t5 = _now()
-            log.add(epoch, s, t0, t1, t2, t3, t4, t5, b.t_fetch0, b.t_fetch1, b.t_prep1,
-                    b.records, b.nbytes, b.fetch_s, b.prep_s)
-            t0 = t5
+            t7 = _now()
+            log.add(epoch, s, t0, t1, t2, t3, t4, t5, t6, t7, b.t_fetch0, b.t_fetch1,
+                    b.t_prep1, b.records, b.nbytes, b.fetch_s, b.prep_s,
+                    run.dist.first_bucket_wait())
+            t0 = t7
             if want_stop:
                 t.cut = True
                 break
@@ -513,10 +543,12 @@ def write_results(run, t):
                                   t.stop.signum), root=0)
     wd.mark(WAIT_SUMMARY)
     run.pipe.close()
+    run.exchange.close()
     run.dist.close()
     if world.rank == 0:
         _write_summary(run.out, run.args, world, gathered, t.cut, t.stop,
-                       run.steps_per_epoch, t.t_train, _now() - run.t_begin, t.epochs)
+                       run.steps_per_epoch, t.t_train, _now() - run.t_begin, t.epochs,
+                       run.exchange_info)
     wd.stop()
     t.stop.restore()
 
@@ -551,7 +583,7 @@ def _checkpoint(ckpt_dir, model, optimizer, epoch, step, gstep):
 
 
 def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_train,
-                   t_total, epochs):
+                   t_total, epochs, exchange):
     per_rank = [g[0] for g in gathered]
     ckpts = [c for g in gathered for c in g[1]]
     # node-wide disk counters: count one rank per node (local rank 0)
@@ -572,6 +604,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
                          "MLPerf Storage: au_percent leaves each epoch's first step out "
                          "as MLPerf Storage does, au_percent_all_steps counts every step; "
                          "samples/s and MiB/s count every step",
+        "exchange": exchange,
         "metrics": figures,
         "cache": epochs[0]["cache"] if epochs else None,
         "disk_read_bytes": disk,
@@ -595,6 +628,8 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         warm = warm_nodes_line(epochs[0]["cache"])
         if warm:
             text += f"\n  {warm}"
+    text += f"\n  gradient exchange: {exchange['what']}" + (
+        f", over {exchange['via']}" if exchange["bytes"] is not None else "")
     if ckpts:
         text += (f"\n  checkpoints: {len(ckpts)}, {summary['checkpoints']['seconds']:.3f} s, "
                  f"{summary['checkpoints']['mib_per_s_mean']:.1f} MiB/s mean")
