@@ -124,7 +124,8 @@ def train(a, ds, reader, compute, out, shuffle, ranks=None, load="quiet"):
            "--data", ds.root, "--model", "emulate", "--compute-time", f"{compute:.6f}",
            "--reader", name, "--cache", "cold", "--batch", str(a.batch),
            "--epochs", str(a.epochs), "--shuffle", shuffle, "--out", out,
-           "--progress", "off"] + [x for o in opts for x in ("--reader-option", o)]
+           "--progress", "off", "--exchange-model", a.exchange] + [
+               x for o in opts for x in ("--reader-option", o)]
     if a.steps:
         cmd += ["--steps", str(a.steps)]
     cmd += a.extra
@@ -183,6 +184,9 @@ def main(argv=None):
                    help="rank counts (the demand is sized for the largest)")
     p.add_argument("--loads", nargs="+", default=["quiet"], choices=("quiet", "busy"),
                    help="busy: one busy-loop process runs beside each run")
+    p.add_argument("--exchange", default="none",
+                   help="hpcio.train --exchange-model: none (ranks step independently: the "
+                        "reader against the storage alone), or a model's gradient exchange")
     p.add_argument("--encoding", default="raw", choices=("raw", "jpeg"),
                    help="records: raw 256x256x3 (192 KiB) or JPEG (~108 KiB, the demo's)")
     p.add_argument("--fractions", type=float, nargs="+", default=[0.5, 0.8])
