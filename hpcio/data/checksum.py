@@ -61,8 +61,8 @@ def _apply(cols, x):
 
 
 class _Shifts:
-    """For records of ``length`` bytes: ``table[j, i, v]`` = byte ``i`` of value ``v``
-    of a record's CRC shifted past ``j`` more records (grown on demand)."""
+    """For records of ``length`` bytes: ``flat[(j * 4 + i) * 256 + v]`` = byte ``i`` of
+    value ``v`` of a record's CRC shifted past ``j`` more records (grown on demand)."""
 
     def __init__(self, length):
         # shift past `length` zero bytes: crc32c(zeros, v) = ~A(~v) with A linear
@@ -71,16 +71,23 @@ class _Shifts:
         self.step = np.array([~crc32c(zeros, int(~u) & _MASK) & _MASK for u in unit],
                              np.uint32)
         self.cols = unit[None, :]  # A^j of the unit vectors, j = 0, 1, ...
-        self.table = np.zeros((0, 4, 256), np.uint32)
+        self.flat = np.zeros(0, np.uint32)
+        self.where = {}  # n -> the table position of each byte of n records' CRCs
         self.byte_values = np.arange(256, dtype=np.uint32)[None, :] << (8 * np.arange(
             4, dtype=np.uint32)[:, None])
 
-    def upto(self, n):
-        while len(self.cols) < n:
-            self.cols = np.vstack([self.cols, _apply(self.step, self.cols[-1])[None]])
-        if len(self.table) < n:
-            self.table = np.stack([_apply(c, self.byte_values) for c in self.cols[:n]])
-        return self.table
+    def lookup(self, n):
+        """The table and, for ``n`` records, where each of their CRCs' bytes indexes it."""
+        where = self.where.get(n)
+        if where is None:
+            while len(self.cols) < n:
+                self.cols = np.vstack([self.cols, _apply(self.step, self.cols[-1])[None]])
+            if len(self.flat) < n * 1024:
+                self.flat = np.stack([_apply(c, self.byte_values)
+                                      for c in self.cols[:n]]).ravel()
+            j = np.arange(n - 1, -1, -1)[:, None]
+            where = self.where[n] = ((j * 4 + np.arange(4)) * 256).ravel()
+        return self.flat, where
 
 
 _SHIFTS = {}
@@ -99,10 +106,9 @@ def batch_ok(data, offsets, want):
         shifts = _SHIFTS.get(L)
         if shifts is None:
             shifts = _SHIFTS[L] = _Shifts(L)
-        table = shifts.upto(n)
-        b = np.ascontiguousarray(want, "<u4").view(np.uint8).reshape(n, 4)
-        j = np.arange(n - 1, -1, -1)[:, None]
-        combined = int(np.bitwise_xor.reduce(table[j, np.arange(4), b], axis=None))
+        flat, where = shifts.lookup(n)
+        b = np.ascontiguousarray(want, "<u4").view(np.uint8)
+        combined = int(np.bitwise_xor.reduce(flat[where + b]))
         return crc32c(memoryview(data).cast("B")[start:end]) == combined
     return bool(np.array_equal(record_crcs(data, offsets), want))
 

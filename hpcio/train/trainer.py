@@ -30,7 +30,7 @@ import torch
 
 from ..analysis.summary import format_table, summarize
 from ..cache import cache_state, describe
-from ..data.dataset import open_dataset
+from ..data.dataset import NO_CRC, open_dataset
 from ..errors import HpcioError, report_to
 from ..measure import darshan
 from ..measure.probes import counters, delta, os_view
@@ -259,6 +259,9 @@ def setup(args):
     check_dist(dist_name, world)
     ds = open_dataset(args.data, world.comm)
     check_dataset(args.reader, ds, reader_options(args))
+    if world.rank == 0 and ds.index.crc is None and \
+            reader_options(args)["verify"] == "records":
+        print(NO_CRC.format(root=ds.root), file=sys.stderr, flush=True)
     wd.mark("the model's construction")
     model, spec = _build_model(args, ds, world)
     input_shape = _input_shape(args, ds, spec)
@@ -544,8 +547,12 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         figures = None
     else:
         figures = summarize(per_rank)
+    verify = run.reader_options["verify"]
+    if verify == "records" and run.ds.index.crc is None:
+        verify = "size"  # an index without CRCs
     summary = {
         "cut_short": bool(cut),
+        "verify": verify,
         "signal": next((g[4] for g in gathered if g[4]), None),
         "signalled_ranks": [r for r, g in enumerate(gathered) if g[4]],
         "reader": args.reader, "model": args.model, "ranks": world.size,
@@ -568,8 +575,9 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
     }
     title = (f"hpcio.train: {args.model} on {world.size} rank(s), reader {args.reader}, "
              f"cache {args.cache}, batch {args.batch}, {len(epochs)} of {args.epochs} "
-             f"epoch(s) x {steps_per_epoch} steps" + ("  [CUT SHORT by signal]" if cut
-                                                       else ""))
+             f"epoch(s) x {steps_per_epoch} steps, verify {verify}"
+             + ("  [UNVERIFIED: bytes delivered not checked]" if verify == "off" else "")
+             + ("  [CUT SHORT by signal]" if cut else ""))
     if figures is None:
         text = title + "\n  no step completed"
     else:
