@@ -93,16 +93,19 @@ class _Shifts:
 _SHIFTS = {}
 
 
-def batch_ok(data, offsets, want):
+def batch_ok(data, offsets, want, same_length=None):
     """True if the records of ``data`` at ``offsets`` all have their CRC ``want``: one
     hash of the batch for records of one small length, else one hash per record. False
-    does not say which: :func:`mismatch` does."""
+    does not say which: :func:`mismatch` does. ``same_length``: whether every record has
+    one length (None: found from ``offsets``)."""
     n = len(want)
     if n == 0:
         return True
     start, end = int(offsets[0]), int(offsets[-1])
     L = int(offsets[1]) - start
-    if n > 1 and L < SMALL and end - start == n * L:  # every record L bytes long
+    if same_length is None:
+        same_length = n > 1 and bool((np.diff(offsets) == L).all())
+    if n > 1 and L < SMALL and same_length:
         shifts = _SHIFTS.get(L)
         if shifts is None:
             shifts = _SHIFTS[L] = _Shifts(L)

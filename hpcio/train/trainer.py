@@ -515,8 +515,12 @@ def write_results(run, t):
     run.pipe.close()
     run.dist.close()
     if world.rank == 0:
+        verify = run.reader_options["verify"]
+        if verify == "records" and run.ds.index.crc is None:
+            verify = "size"  # an index without CRCs
         _write_summary(run.out, run.args, world, gathered, t.cut, t.stop,
-                       run.steps_per_epoch, t.t_train, _now() - run.t_begin, t.epochs)
+                       run.steps_per_epoch, t.t_train, _now() - run.t_begin, t.epochs,
+                       verify)
     wd.stop()
     t.stop.restore()
 
@@ -538,7 +542,7 @@ def _checkpoint(ckpt_dir, model, optimizer, epoch, step, gstep):
 
 
 def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_train,
-                   t_total, epochs):
+                   t_total, epochs, verify):
     per_rank = [g[0] for g in gathered]
     ckpts = [c for g in gathered for c in g[1]]
     # node-wide disk counters: count one rank per node (local rank 0)
@@ -547,9 +551,6 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         figures = None
     else:
         figures = summarize(per_rank)
-    verify = run.reader_options["verify"]
-    if verify == "records" and run.ds.index.crc is None:
-        verify = "size"  # an index without CRCs
     summary = {
         "cut_short": bool(cut),
         "verify": verify,
