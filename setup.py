@@ -17,6 +17,7 @@ setup(
         "pillow>=9.0",
         "pyyaml>=6.0",
         "tqdm>=4.60",
+        "crc32c>=2.4",
     ],
     extras_require={
         # MPI from PyPI (no root, no system MPI). Leave it out with a system MPI and build

@@ -50,7 +50,7 @@ import numpy as np
 from .analysis.bench import RATIOS, summarize, table
 from .cache import cache_state
 from .cli import ArgumentParser
-from .data.dataset import open_dataset
+from .data.dataset import NO_CRC, open_dataset
 from .errors import HpcioError, guard
 from .fsutil import aligned_empty, atomic_json, fs_type
 from .measure import probes
@@ -58,7 +58,7 @@ from .measure.probes import block_device, disk_read_bytes, loadavg, read_ahead_k
 from .mpiutil import idle_barrier, on_root
 from .plan import SHUFFLES, make_plan
 from .progress import Progress
-from .readers import READERS, check_dataset, make_reader
+from .readers import READERS, VERIFY, check_dataset, make_reader
 from .readers.hints import parse_hints
 
 __all__ = ["main", "parse_reader", "claim_out", "LIMITS", "run_reader", "run_limit",
@@ -93,6 +93,16 @@ def parse_reader(spec):
         opts[k] = (int(v) if v.lstrip("-").isdigit() else True if low == "true"
                    else False if low == "false" else v)
     return spec, name, opts
+
+
+def _verified(reader, verify):
+    """A parsed reader spec with its ``verify`` mode (``verify`` unless it sets one);
+    an unverified reader's label says so, so every figure it gives does."""
+    label, name, opts = reader
+    opts.setdefault("verify", verify)
+    if opts["verify"] == "off" and "verify=off" not in label:
+        label += ":verify=off"
+    return label, name, opts
 
 
 # ---- limits: what the machine itself delivers -------------------------------------
@@ -208,7 +218,8 @@ def run_reader(reader, comm, plan, compute_s=0.0, label=None):
     dt = time.perf_counter() - t0
     st = reader.stats
     return {"records": st.records, "bytes": st.bytes, "seconds": dt, "calls": st.calls,
-            "io_s": st.io_s, "stall_s": st.wait_s, "minflt": st.minflt, "majflt": st.majflt}
+            "io_s": st.io_s, "stall_s": st.wait_s, "verify_s": st.verify_s,
+            "minflt": st.minflt, "majflt": st.majflt, "verify": reader.verify}
 
 
 class Readers:
@@ -269,9 +280,11 @@ def _reduce(comm, res):
     for k in ("calls", "minflt", "majflt"):
         if k in every[0]:
             out[k] = sum(e[k] for e in every)
-    for k in ("io_s", "stall_s"):
+    for k in ("io_s", "stall_s", "verify_s"):
         if k in every[0]:
             out[k] = float(np.mean([e[k] for e in every]))
+    if "verify" in every[0]:
+        out["verify"] = every[0]["verify"]
     return out
 
 
@@ -334,7 +347,12 @@ def build_parser():
                         "and disks (< 5 MiB/s) on this node (0: do not wait)")
     p.add_argument("--drop-caches", action="store_true",
                    help="cold: also echo 1 > /proc/sys/vm/drop_caches (root only)")
-    p.add_argument("--verify", action="store_true",
+    p.add_argument("--verify", default="records", choices=VERIFY,
+                   help="what the readers check on delivery: every record's CRC32C and the "
+                        "files' identity (records), the files' identity and sizes (size), "
+                        "nothing (off: the reader's label says verify=off beside every "
+                        "figure)")
+    p.add_argument("--check-shards", action="store_true",
                    help="check every shard's sha256 against the manifest first (reads all)")
     p.add_argument("--out", default=None,
                    help="JSON file with every run (default: runs/bench-<time>.json)")
@@ -348,7 +366,7 @@ def main(argv=None):
     from mpi4py import MPI
     a = build_parser().parse_args(argv)
     comm = MPI.COMM_WORLD
-    readers = [parse_reader(s) for s in a.readers.split(",") if s]
+    readers = [_verified(parse_reader(s), a.verify) for s in a.readers.split(",") if s]
     hints = parse_hints(a.hint)
     for _, name, opts in readers:
         if name == "coordinated":
@@ -374,6 +392,7 @@ def main(argv=None):
     rank0 = comm.rank == 0
     runs = []
     meta = {"ranks": comm.size, "batch": a.batch, "hints": hints, "readers": a.readers,
+            "verify": {label: o["verify"] for label, _, o in readers},
             "limits": {k: " ".join((LIMITS[k].__doc__ or "").split()) for k in limits},
             "ratios": {k: f"MB/s / MB/s of {v} (same repeat)" for k, v in RATIOS.items()},
             "mpi": MPI.Get_library_version().splitlines()[0].strip(), "datasets": {}}
@@ -381,8 +400,11 @@ def main(argv=None):
         ds = open_dataset(root, comm)
         for _, name, opts in readers:
             check_dataset(name, ds, opts)
-        if a.verify:
+        if a.check_shards:
             on_root(comm, ds.verify_checksums)
+        if ds.index.crc is None and comm.rank == 0 and \
+                any(o["verify"] == "records" for _, _, o in readers):
+            print(NO_CRC.format(root=ds.root), file=sys.stderr, flush=True)
         name = os.path.basename(os.path.normpath(root))
         dev = block_device(ds.root)
         meta["datasets"][name] = {

@@ -237,8 +237,9 @@ def broken_copy(tmp_path, data, how):
 @pytest.mark.parametrize("how,args,msg", [
     ("truncated", [], r"bytes on disk, the index says"),
     ("missing", [], r"shard file missing"),
-    ("offset", [], r"beyond the .*-byte file"),
-    ("checksum", ["--verify"], r"checksum mismatch"),
+    ("offset", [], r"index.npz: its sha256 is not the one in the manifest"),
+    ("checksum", ["--check-shards"], r"checksum mismatch"),
+    ("checksum", [], r"record \d+ at byte \d+ \(\d+ bytes\) is not the record indexed"),
     (None, ["--batch", "40"], r"batch size 40 is larger than the 30 records per rank"),
     (None, ["--readers", "bogus"], r"unknown reader 'bogus'"),
 ])

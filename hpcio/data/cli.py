@@ -12,7 +12,7 @@ from ..formats import FORMATS
 from ..mpiutil import on_root
 from ..readers.hints import parse_hints
 from . import importers, pictures
-from .dataset import open_dataset
+from .dataset import NO_CRC, open_dataset, update_index
 from .presets import PRESETS, get_preset
 from .write import dtypes_of, generate
 
@@ -114,6 +114,7 @@ def build_parser():
                "  python -m hpcio.datagen generate /tmp/mnist-ldb --format leveldb "
                "--format-option compression=snappy\n"
                "  python -m hpcio.datagen index /data/ilsvrc12_train_lmdb\n"
+               "  python -m hpcio.datagen index --update /tmp/old-dataset\n"
                "  python -m hpcio.datagen info /tmp/mnist",
         formatter_class=ExamplesFormatter)
     sub = ap.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
@@ -174,12 +175,17 @@ def build_parser():
                                                   "labels, else label)")
     x.add_argument("--force", action="store_true",
                    help="replace an existing hpcio manifest and index there")
+    x.add_argument("--update", action="store_true",
+                   help="PATH is an hpcio dataset indexed before hpcio recorded record "
+                        "checksums: add them (reads every record once) and the index's "
+                        "sha256 to it")
 
     f = sub.add_parser("info", formatter_class=ExamplesFormatter, help="print a dataset's summary",
                        description="Print a dataset's summary from its manifest and index.")
     f.add_argument("path", help="dataset directory")
     f.add_argument("--verify", action="store_true",
-                   help="also check every shard's sha256 (reads all data)")
+                   help="also check every shard's sha256 and every record's CRC32C "
+                        "(reads all data)")
     return ap
 
 
@@ -224,18 +230,26 @@ def _cmd_import(a, comm):
 
 
 def _cmd_index(a, comm):
-    ds = on_root(comm, lambda: importers.index_path(a.path, out=a.out, images=a.images,
-                                                   labels=a.labels, force=a.force))
+    if a.update:
+        ds = on_root(comm, lambda: update_index(a.path))
+    else:
+        ds = on_root(comm, lambda: importers.index_path(a.path, out=a.out, images=a.images,
+                                                       labels=a.labels, force=a.force))
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 
 
 def _cmd_info(a, comm):
     ds = open_dataset(a.path, comm)
+    crc = ds.index.crc is not None
     if a.verify:
-        on_root(comm, ds.verify_checksums)
+        on_root(comm, lambda: (ds.verify_checksums(), crc and ds.verify_records()))
     if comm.Get_rank() == 0:
-        print(summary(ds) + ("\n  checksums: ok" if a.verify else ""), flush=True)
+        if not crc:
+            print(NO_CRC.format(root=ds.root), file=sys.stderr, flush=True)
+        print(summary(ds) + ("\n  checksums: ok (shards' sha256" + (
+            f", {ds.records:,} records' CRC32C)" if crc else ")") if a.verify else ""),
+            flush=True)
 
 
 _RUN = {"generate": _cmd_generate, "import": _cmd_import, "index": _cmd_index,

@@ -6,7 +6,12 @@ Every format writes, into its dataset directory,
   shards (record range, bytes, sha256), generator version and seed;
 * ``index.npz`` — the record index: for record ``i``, the file ``files[file[i]]`` (a path
   relative to the dataset directory), the byte ``offset[i]`` and ``length[i]`` of its bytes
-  in that file, and its ``label[i]``; ``file_bytes[j]`` is the size of file ``j``.
+  in that file, its ``label[i]`` and the CRC32C ``crc[i]`` of its bytes (absent in
+  indexes made before hpcio recorded them); ``file_bytes[j]`` is the size of file ``j``.
+
+The manifest holds the index's own sha256 (``index_sha256``): an index edited after it was
+written (offsets swapped, shifted, shortened) is refused on open, before any read; the
+CRCs catch data that changed under an intact index, record by record, on delivery.
 
 The index is what the coordinated reader reads instead of the format's library: a record is
 the ``length`` bytes at ``offset`` of its file, whatever the format. Except where a shard's
@@ -29,11 +34,17 @@ from ..fsutil import atomic_json, atomic_write
 from ..mpiutil import bcast_array, raise_everywhere, rank_size
 
 __all__ = ["MANIFEST", "INDEX", "KIND", "RecordIndex", "Dataset", "open_dataset",
-           "sha256_file", "is_dataset", "compressed_records"]
+           "sha256_file", "is_dataset", "compressed_records", "record_crcs_of",
+           "update_index", "NO_CRC"]
 
 MANIFEST = "hpcio.json"
 INDEX = "index.npz"
 KIND = "hpcio-dataset"
+ARRAYS = ("file", "offset", "length", "label", "files", "file_bytes")
+#: the note for an index without record CRCs (``{root}``: the dataset directory)
+NO_CRC = ("note: {root}: its index has no record checksums (made before hpcio recorded "
+          "them): records are checked by size only; add them with 'python -m "
+          "hpcio.datagen index --update {root}'")
 
 
 @dataclass
@@ -47,6 +58,7 @@ class RecordIndex:
     label: np.ndarray  # int64
     files: np.ndarray  # str, relative to the dataset directory
     file_bytes: np.ndarray  # int64
+    crc: np.ndarray = None  # uint32 CRC32C of each record's bytes, None if not recorded
 
     def __post_init__(self):
         self.file = np.ascontiguousarray(self.file, dtype=np.int32)
@@ -55,33 +67,51 @@ class RecordIndex:
         self.label = np.ascontiguousarray(self.label, dtype=np.int64)
         self.files = np.asarray(self.files, dtype=str)
         self.file_bytes = np.ascontiguousarray(self.file_bytes, dtype=np.int64)
+        if self.crc is not None:
+            self.crc = np.ascontiguousarray(self.crc, dtype=np.uint32)
         n = len(self.file)
-        if not (len(self.offset) == len(self.length) == len(self.label) == n):
+        if not (len(self.offset) == len(self.length) == len(self.label) == n) or \
+                (self.crc is not None and len(self.crc) != n):
             raise HpcioError("record index arrays differ in length")
 
     def __len__(self):
         return len(self.file)
 
+    @property
+    def arrays(self):
+        """The names of the arrays it holds (``crc`` where recorded)."""
+        return ARRAYS + (("crc",) if self.crc is not None else ())
+
     def save(self, path):
+        """Write it to ``path``; returns the sha256 of the bytes written."""
         # what np.savez does, written out: its first parameter is called ``file``, so
         # ``np.savez(buf, file=...)`` cannot store an array named "file"
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
-            for k in ("file", "offset", "length", "label", "files", "file_bytes"):
+            for k in self.arrays:
                 with z.open(k + ".npy", "w", force_zip64=True) as f:
                     np.lib.format.write_array(f, np.asanyarray(getattr(self, k)),
                                               allow_pickle=False)
         atomic_write(path, lambda f: f.write(buf.getbuffer()))
+        return hashlib.sha256(buf.getbuffer()).hexdigest()
 
     @classmethod
-    def load(cls, path):
+    def load(cls, path, sha256=None):
+        """The index in ``path``; with ``sha256``, refused unless its bytes have it."""
         try:
-            with np.load(path, allow_pickle=False) as z:
-                return cls(**{k: z[k] for k in ("file", "offset", "length", "label",
-                                                 "files", "file_bytes")})
+            with open(path, "rb") as f:
+                raw = f.read()
         except FileNotFoundError:
             raise HpcioError(f"{path}: record index missing")
-        except (OSError, ValueError, KeyError) as e:
+        except OSError as e:
+            raise HpcioError(f"{path}: {e.strerror}")
+        if sha256 is not None and hashlib.sha256(raw).hexdigest() != sha256:
+            raise HpcioError(f"{path}: its sha256 is not the one in the manifest (the index "
+                             f"was edited or replaced since it was written)")
+        try:
+            with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+                return cls(**{k: z[k] for k in ARRAYS}, crc=z["crc"] if "crc" in z else None)
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
             raise HpcioError(f"{path}: not a readable record index ({e})")
 
     def check(self, root, ends=True):
@@ -184,9 +214,23 @@ class Dataset:
                 raise HpcioError(f"{shard['path']}: checksum mismatch (data changed since "
                                  f"it was written)")
 
+    def verify_records(self):
+        """Compare every record's CRC32C with the index (reads all records once)."""
+        want = self.index.crc
+        if want is None:
+            raise HpcioError(NO_CRC.format(root=self.root)[6:])
+        got = record_crcs_of(self)
+        bad = np.flatnonzero(got != want)
+        if len(bad):
+            i, idx = int(bad[0]), self.index
+            raise HpcioError(f"{self.path(idx.file[i])}: record {i} at byte "
+                             f"{int(idx.offset[i])} ({int(idx.length[i])} bytes) is not the "
+                             f"record indexed (CRC32C {int(got[i]):08x}, the index says "
+                             f"{int(want[i]):08x}; {len(bad)} records differ)")
+
     def save(self):
-        self.index.save(os.path.join(self.root, INDEX))
         self.manifest["records"] = len(self.index)
+        self.manifest["index_sha256"] = self.index.save(os.path.join(self.root, INDEX))
         atomic_json(os.path.join(self.root, MANIFEST), self.manifest)
 
 
@@ -206,6 +250,32 @@ def shard_sha256(ds, shard):
     return h.hexdigest()
 
 
+def record_crcs_of(ds):
+    """CRC32C of every record of ``ds`` as its readers deliver it: its bytes at the
+    index's offsets, or from the format's library where records lie compressed."""
+    from .checksum import crc32c, range_crcs
+    idx = ds.index
+    if not compressed_records(ds.manifest):
+        return range_crcs(ds.paths, idx.file, idx.offset, idx.length)
+    from ..formats import FORMATS
+    native = FORMATS[ds.format].open_native(ds)
+    try:
+        return np.fromiter((crc32c(native.get(i)) for i in range(ds.records)), np.uint32,
+                           ds.records)
+    finally:
+        native.close()
+
+
+def update_index(root):
+    """Add the record CRCs (reading every record once) and the index's sha256 to the
+    dataset in ``root`` (one indexed before hpcio recorded them); returns it."""
+    manifest, index = _load(os.path.abspath(root), True)
+    ds = Dataset(os.path.abspath(root), manifest, index)
+    index.crc = record_crcs_of(ds)
+    ds.save()
+    return ds
+
+
 def _load(root, check):
     mpath = os.path.join(root, MANIFEST)
     try:
@@ -221,7 +291,8 @@ def _load(root, check):
         raise HpcioError(f"{mpath}: unreadable manifest ({e})")
     if manifest.get("kind") != KIND:
         raise HpcioError(f"{mpath}: not an hpcio dataset manifest")
-    index = RecordIndex.load(os.path.join(root, manifest.get("index", INDEX)))
+    index = RecordIndex.load(os.path.join(root, manifest.get("index", INDEX)),
+                             manifest.get("index_sha256"))
     if manifest.get("records") != len(index):
         raise HpcioError(f"{root}: manifest says {manifest.get('records')} records, the "
                          f"index has {len(index)}")
@@ -247,6 +318,7 @@ def open_dataset(root, comm=None, check=True):
     raise_everywhere(comm, err)
     manifest = comm.bcast(manifest, root=0)
     arrays = {}
-    for k in ("file", "offset", "length", "label", "files", "file_bytes"):
+    has_crc = comm.bcast(index.crc is not None if comm.rank == 0 else None, root=0)
+    for k in ARRAYS + (("crc",) if has_crc else ()):
         arrays[k] = bcast_array(comm, getattr(index, k) if comm.rank == 0 else None)
     return Dataset(root, manifest, RecordIndex(**arrays))

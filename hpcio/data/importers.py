@@ -20,7 +20,7 @@ from ..formats.base import Block, write_error
 from ..formats.images import FolderSource
 from ..mpiutil import on_root
 from . import pictures
-from .dataset import INDEX, MANIFEST, Dataset, compressed_records, is_dataset
+from .dataset import INDEX, MANIFEST, Dataset, compressed_records, is_dataset, record_crcs_of
 from .write import owned_files, remove_owned, write_dataset
 
 __all__ = ["read_idx", "load_mnist", "load_cifar10", "ArraySource", "FolderSource",
@@ -267,6 +267,7 @@ def index_path(path, out=None, images=None, labels=None, force=False):
     manifest, index = INDEXERS[kind].index(path, out, images=images, labels=labels)
     ds = Dataset(out, manifest, index)
     index.check(out, ends=not compressed_records(manifest))
+    index.crc = record_crcs_of(ds)
     try:
         ds.save()
     except OSError as e:

@@ -24,7 +24,9 @@ from ..measure import probes
 from ..mpiutil import on_root, raise_everywhere
 from ..progress import Progress
 from . import pictures
-from .dataset import INDEX, KIND, MANIFEST, Dataset, RecordIndex, is_dataset, open_dataset
+from .checksum import range_crcs
+from .dataset import INDEX, KIND, MANIFEST, Dataset, RecordIndex, is_dataset, open_dataset, \
+    record_crcs_of
 from .presets import get_preset
 
 __all__ = ["generate", "write_dataset", "check_dtype", "dtypes_of", "Synthetic",
@@ -282,7 +284,12 @@ def _write_shards(out, source, spec, fmt, mine, ranges, progress, quality):
                 b = min(hi, a + per)
                 w.write(source.block(a, b, spec.encoding, quality))
                 progress.add(b - a)
-            results.append(w.close())
+            r = w.close()
+            if r.crc is None and not r.extra.get("compressed_records"):
+                # the shard was just written by this rank: its pages are still cached here
+                r.crc = range_crcs([os.path.join(out, f) for f in r.files], r.file,
+                                   r.offset, r.length)
+            results.append(r)
         except HpcioError:
             if w is not None:
                 w.abort()
@@ -306,10 +313,12 @@ def _assemble(results, spec):
         files.extend(r.files)
         file_bytes.extend(r.file_bytes)
     cat = (lambda xs, dt: np.concatenate(xs).astype(dt) if xs else np.zeros(0, dt))
+    crc = cat([r.crc for r in results], np.uint32) \
+        if all(r.crc is not None for r in results) else None
     index = RecordIndex(cat(fileno, np.int32), cat([r.offset for r in results], np.int64),
                         cat([r.length for r in results], np.int64),
                         cat([r.label for r in results], np.int64),
-                        np.asarray(files, dtype=str), np.asarray(file_bytes, np.int64))
+                        np.asarray(files, dtype=str), np.asarray(file_bytes, np.int64), crc)
     if len(index) != spec.records:
         raise HpcioError(f"shards hold {len(index)} records, expected {spec.records}")
     return results, index
@@ -394,7 +403,10 @@ def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=
         if encoding == "jpeg":
             m["quality"] = int(quality)
         m.update(keys)
-        Dataset(out, m, index).save()
+        ds = Dataset(out, m, index)
+        if index.crc is None:  # records in compressed blocks: through the library
+            index.crc = record_crcs_of(ds)
+        ds.save()
         os.unlink(os.path.join(out, MARKER))  # the dataset is complete
 
     def finish_or_error():

@@ -100,6 +100,7 @@ class ShardResult:
     label: np.ndarray
     sha256: str
     extra: dict = field(default_factory=dict)
+    crc: np.ndarray = None  # CRC32C of each record (None: computed from the whole dataset)
 
     @property
     def bytes(self):

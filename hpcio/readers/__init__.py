@@ -6,7 +6,7 @@
 import inspect
 
 from ..errors import HpcioError
-from .base import (READERS, Auto, Batch, Reader, ReaderStats, convert_option, faults,
+from .base import (READERS, VERIFY, Auto, Batch, Reader, ReaderStats, convert_option, faults,
                    register)
 from . import coordinated, memory, naive  # noqa: F401  (register the readers)
 
@@ -16,7 +16,7 @@ __all__ = ["READERS", "Batch", "Reader", "ReaderStats", "faults", "register", "m
 
 # options a run may pass to whichever reader it picks (a reader without them ignores
 # them), with their types
-COMMON_OPTIONS = {"hints": dict, "prefetch": int, "collective": Auto}
+COMMON_OPTIONS = {"hints": dict, "prefetch": int, "collective": Auto, "verify": VERIFY}
 
 
 def option_types(cls):

@@ -1,19 +1,23 @@
 """The reader protocol: for an epoch's plan, yield this rank's batches in plan order.
 
-And what every reader shares: its counters (:class:`ReaderStats`), the check that the
-bytes read are the bytes the index describes (:class:`FileCheck`), the read meter of the
-reading thread (:class:`ThreadIO`) and the types of reader options (:func:`convert_option`).
+And what every reader shares: its counters (:class:`ReaderStats`), the checks that the
+bytes delivered are the bytes the index describes (every record's CRC32C, in
+:meth:`Reader.epoch`, which no reader overrides; every file's identity, in
+:class:`FileCheck`), the read meter of the reading thread (:class:`ThreadIO`) and the types
+of reader options (:func:`convert_option`).
 """
 
 import os
 import resource
 import threading
+import time
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
 from ..cache import resident_bytes
+from ..data.checksum import batch_ok, mismatch, record_crcs
 from ..errors import HpcioError
 from ..formats import FORMATS
 from ..fsutil import aligned_empty
@@ -25,11 +29,15 @@ if TYPE_CHECKING:  # annotations only
 
 __all__ = ["Batch", "ReaderStats", "Reader", "BufferRing", "READERS", "register", "faults",
            "FileCheck", "size_error", "files_are_records", "ThreadIO", "Auto", "convert_option",
-           "MAX_CACHE_FILES"]
+           "MAX_CACHE_FILES", "VERIFY"]
 
 # page-cache residency is measured per epoch for datasets of at most this many files
 # (mincore maps every file: a folder of a million images would take seconds)
 MAX_CACHE_FILES = 4096
+#: what is checked on delivery: every record's CRC32C and every file's identity
+#: (``records``), the files' identity and the records' lengths only (``size``), nothing
+#: during the run (``off``: figures so measured are marked unverified)
+VERIFY = ("records", "size", "off")
 
 
 @dataclass
@@ -80,6 +88,8 @@ class ReaderStats:
     skipped    records a cursor stepped over to reach this rank's (the naive reader's
                ``access=cursor``: Caffe's reader with several solvers)
     io_s       seconds spent inside the reads (on any thread of the reader)
+    verify_s   seconds spent checking delivered records against their CRC32C (in the
+               consumer's thread; also counted in ``wait_s``)
     wait_s     seconds the consumer was blocked waiting for a batch
     load_s     seconds spent loading data before the first batch (the memory reader's
                up-front read of the whole dataset; 0 for streaming readers)
@@ -103,6 +113,7 @@ class ReaderStats:
     batches: int = 0
     skipped: int = 0
     io_s: float = 0.0
+    verify_s: float = 0.0
     wait_s: float = 0.0
     load_s: float = 0.0
     minflt: int = 0
@@ -174,8 +185,10 @@ def size_error(path, size, want, when):
 
 class FileCheck:
     """Bytes read are bytes delivered: every file of the dataset as the reader found it
-    on open (device, inode, modification time; its size must be the index's), and a
-    check that it still is: one ``os.stat`` per file and request, never per record.
+    on open (device, inode, modification and change time; its size must be the index's),
+    and a check that it still is: one ``os.stat`` per file and request, never per record.
+    The change time catches a file written in place whose modification time was set back
+    (``touch -d``): no user can set it. ``live=False`` (``verify=off``) checks on open only.
 
     Check *after* a read: ROMIO reports the full count for a read that ran past the end
     of a file that shrank, HDF5 fills such a read with zeros, ``pread`` just returns
@@ -184,7 +197,8 @@ class FileCheck:
     one line naming the file, the expected and the actual size.
     """
 
-    def __init__(self, ds):
+    def __init__(self, ds, live=True):
+        self.live = live
         self.paths = ds.paths
         self.sizes = ds.index.file_bytes
         self.seen = [self._stat(j, "since the dataset was indexed")
@@ -204,15 +218,18 @@ class FileCheck:
 
     def check(self, files):
         """Raise :class:`HpcioError` unless every file number in ``files`` is as on open."""
+        if not self.live:
+            return
         for j in files:
             st = self._stat(j, "during the run")
             was = self.seen[j]
             if (st.st_dev, st.st_ino) != (was.st_dev, was.st_ino):
                 raise HpcioError(f"{self.paths[j]}: replaced by another file during the run "
                                  f"({st.st_size} bytes, expected {int(self.sizes[j])})")
-            if st.st_mtime_ns != was.st_mtime_ns:
+            if st.st_mtime_ns != was.st_mtime_ns or st.st_ctime_ns != was.st_ctime_ns:
+                what = "modification" if st.st_mtime_ns != was.st_mtime_ns else "change"
                 raise HpcioError(f"{self.paths[j]}: modified during the run ({st.st_size} "
-                                 f"bytes, expected {int(self.sizes[j])}; its modification "
+                                 f"bytes, expected {int(self.sizes[j])}; its {what} "
                                  f"time changed)")
 
     def check_all(self):
@@ -337,7 +354,8 @@ class Reader:
     """Base class. A reader is made once per run on every rank (collectively when it uses
     MPI) and then executes plans: ``for batch in reader.epoch(plan): ...``.
 
-    Subclasses set ``name`` and implement :meth:`epoch`; :meth:`close` frees resources
+    Subclasses set ``name`` and implement :meth:`batches`; :meth:`epoch` checks what they
+    deliver (``verify``, one of :data:`VERIFY`). :meth:`close` frees resources
     (collective for readers that opened MPI files).
     """
 
@@ -349,11 +367,19 @@ class Reader:
     # batches: a consumer that holds fewer needs no copy of its own
     lease = 0
 
-    def __init__(self, dataset: "Dataset", comm=None, **options):
+    def __init__(self, dataset: "Dataset", comm=None, verify: VERIFY = "records",
+                 **options):
         self.ds = dataset
         self.comm = comm
         self.options = options
         self.stats = ReaderStats()
+        if verify not in VERIFY:
+            raise HpcioError(f"verify={verify!r} is not one of {', '.join(VERIFY)}",
+                             everywhere=True)
+        if verify == "records" and dataset.index.crc is None:
+            verify = "size"  # an index made before CRCs were recorded: see NO_CRC
+        self.verify = verify
+        self.stats.extra["verify"] = verify
         node = node_comm(comm) if comm is not None and comm.Get_size() > 1 else None
         first = node is None or node.Get_rank() == 0
         if node is not None:
@@ -368,8 +394,42 @@ class Reader:
         (:class:`HpcioError`), before any work: cheap, no MPI. A reader that can refuse
         overrides it and calls it on construction too."""
 
-    def epoch(self, plan: "Plan") -> Iterator[Batch]:
+    def batches(self, plan: "Plan") -> Iterator[Batch]:
+        """This rank's batches of ``plan``, in plan order (what subclasses implement)."""
         raise NotImplementedError
+
+    def epoch(self, plan: "Plan") -> Iterator[Batch]:
+        """This rank's batches of ``plan``, every record checked against its CRC32C
+        before it is handed over (``verify=records``): a record that differs ends the run
+        with one line naming its file, record and offset."""
+        inner = self.batches(plan)
+        if self.verify != "records":
+            yield from inner
+            return
+        idx, st, clock = self.ds.index, self.stats, time.perf_counter
+        crc = idx.crc
+        same = bool(len(idx)) and idx.length.min() == idx.length.max()
+        try:
+            for b in inner:
+                t0 = clock()
+                want = crc[b.ids]
+                if not batch_ok(b.data, b.offsets, want, same):
+                    self._mismatch(b, want)
+                dt = clock() - t0
+                st.verify_s += dt
+                st.wait_s += dt
+                yield b
+        finally:
+            inner.close()
+
+    def _mismatch(self, b, want):
+        k = int(mismatch(b.data, b.offsets, want)[0])
+        i, idx = int(b.ids[k]), self.ds.index
+        got = int(record_crcs(b.data, b.offsets[k:k + 2])[0])
+        raise HpcioError(f"{self.ds.path(idx.file[i])}: record {i} at byte "
+                         f"{int(idx.offset[i])} ({int(idx.length[i])} bytes) is not the record "
+                         f"indexed (CRC32C {got:08x}, the index says {int(want[k]):08x}): the "
+                         f"data changed since it was indexed")
 
     def mark_cache(self, end: bool = False) -> None:
         """The dataset's bytes in the page cache now (mincore), on the first rank of each

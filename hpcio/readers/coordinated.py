@@ -96,7 +96,8 @@ class CoordinatedReader(Reader):
         if sieve_gap is None:  # holes up to 32 KiB read through, for small records only
             sieve_gap = 32 << 10 if self._mean < SIEVE_BELOW else 0
         self.sieve_gap = int(sieve_gap)
-        self.files_check = None if files_are_records(dataset) else FileCheck(dataset)
+        self.files_check = None if files_are_records(dataset) else \
+            FileCheck(dataset, live=self.verify != "off")
         filewise = not mpio and (self.files_check is None or len(idx.files) > MAX_MPI_FILES)
         if (filewise or mpio) and mechanism == "nonblocking":
             mechanism = "thread"  # no MPI files to issue nonblocking reads on
@@ -180,7 +181,7 @@ class CoordinatedReader(Reader):
             self._preloaded, self._next = self._next, None
         return job
 
-    def epoch(self, plan):
+    def batches(self, plan):
         """Yield this rank's batches of ``plan``, in order, read ahead ``prefetch`` requests."""
         thread = self.mechanism == "thread"
         if thread:

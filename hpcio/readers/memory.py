@@ -170,7 +170,7 @@ class MemoryReader(Reader):
             pos += len(r)
         return layout(lengths)
 
-    def epoch(self, plan):
+    def batches(self, plan):
         """Yield this rank's batches of ``plan`` from RAM (two alternating buffers: a
         batch's data stays valid until the next one is requested)."""
         idx, st = self.ds.index, self.stats

@@ -52,7 +52,8 @@ class NaiveReader(Reader):
         except KeyError:
             raise HpcioError(f"{dataset.root}: unknown format {dataset.format!r}",
                              everywhere=True)
-        self.check = None if files_are_records(dataset) else FileCheck(dataset)
+        self.check = None if files_are_records(dataset) else \
+            FileCheck(dataset, live=self.verify != "off")
         self.mapped = bool(getattr(fmt, "MAPPED", False))  # check before reads, not after
         self.native = fmt.open_native(dataset)
         self.stats.opens += self.native.opens
@@ -65,7 +66,7 @@ class NaiveReader(Reader):
         self._ring = BufferRing(2)
         self._meter = ThreadIO()
 
-    def epoch(self, plan):
+    def batches(self, plan):
         """Yield this rank's batches of ``plan``: one ``native.get`` per record."""
         idx, st, native = self.ds.index, self.stats, self.native
         get = native.get

@@ -10,7 +10,7 @@ from ..cli import ArgumentParser, integer, load_config, positive, seconds
 from ..errors import HpcioError
 from ..plan import SHUFFLES
 from ..progress import EVERY
-from ..readers import READERS, check_options
+from ..readers import READERS, VERIFY, check_options
 from ..readers.hints import parse_hints
 from .emulate import DISTRIBUTIONS
 from .exchange import EXCHANGE_MODELS, PRESET_MODELS, TRANSPORTS
@@ -54,6 +54,10 @@ def build_parser():
                         "for the memory reader: one Python bytes per record)")
     g.add_argument("--reader-prefetch", type=integer(0), default=None, metavar="K",
                    help="batches the reader keeps in flight (reader's default if unset)")
+    g.add_argument("--verify", default="records", choices=VERIFY,
+                   help="what the reader checks on delivery: every record's CRC32C and the "
+                        "files' identity (records), the files' identity and sizes (size), "
+                        "nothing (off: the summary says so beside the figures)")
     g.add_argument("--collective", dest="collective", action="store_true", default=None,
                    help="collective MPI-IO reads (coordinated reader)")
     g.add_argument("--independent", dest="collective", action="store_false", default=None,
@@ -219,4 +223,5 @@ def reader_options(args):
         opts["prefetch"] = args.reader_prefetch
     if args.collective is not None:
         opts["collective"] = args.collective
+    opts.setdefault("verify", args.verify)
     return check_options(args.reader, opts)

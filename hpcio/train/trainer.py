@@ -32,7 +32,7 @@ import torch
 
 from ..analysis.summary import format_table, summarize
 from ..cache import cache_state, describe, warm_nodes_line
-from ..data.dataset import open_dataset
+from ..data.dataset import NO_CRC, open_dataset
 from ..errors import HpcioError, report_to
 from ..measure import darshan
 from ..measure.probes import counters, delta, os_view
@@ -265,6 +265,9 @@ def setup(args):
     check_dist(dist_name, world)
     ds = open_dataset(args.data, world.comm)
     check_dataset(args.reader, ds, reader_options(args))
+    if world.rank == 0 and ds.index.crc is None and \
+            reader_options(args)["verify"] == "records":
+        print(NO_CRC.format(root=ds.root), file=sys.stderr, flush=True)
     wd.mark("the model's construction")
     model, spec = _build_model(args, ds, world)
     exchange_info = _exchange_plan(args, ds, world, dist_name)
@@ -546,9 +549,12 @@ def write_results(run, t):
     run.exchange.close()
     run.dist.close()
     if world.rank == 0:
+        verify = run.reader_options["verify"]
+        if verify == "records" and run.ds.index.crc is None:
+            verify = "size"  # an index without CRCs
         _write_summary(run.out, run.args, world, gathered, t.cut, t.stop,
                        run.steps_per_epoch, t.t_train, _now() - run.t_begin, t.epochs,
-                       run.exchange_info)
+                       run.exchange_info, verify)
     wd.stop()
     t.stop.restore()
 
@@ -583,7 +589,7 @@ def _checkpoint(ckpt_dir, model, optimizer, epoch, step, gstep):
 
 
 def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_train,
-                   t_total, epochs, exchange):
+                   t_total, epochs, exchange, verify):
     per_rank = [g[0] for g in gathered]
     ckpts = [c for g in gathered for c in g[1]]
     # node-wide disk counters: count one rank per node (local rank 0)
@@ -594,6 +600,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         figures = summarize(per_rank)
     summary = {
         "cut_short": bool(cut),
+        "verify": verify,
         "signal": next((g[4] for g in gathered if g[4]), None),
         "signalled_ranks": [r for r, g in enumerate(gathered) if g[4]],
         "reader": args.reader, "model": args.model, "ranks": world.size,
@@ -617,8 +624,9 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
     }
     title = (f"hpcio.train: {args.model} on {world.size} rank(s), reader {args.reader}, "
              f"cache {args.cache}, batch {args.batch}, {len(epochs)} of {args.epochs} "
-             f"epoch(s) x {steps_per_epoch} steps" + ("  [CUT SHORT by signal]" if cut
-                                                       else ""))
+             f"epoch(s) x {steps_per_epoch} steps, verify {verify}"
+             + ("  [UNVERIFIED: bytes delivered not checked]" if verify == "off" else "")
+             + ("  [CUT SHORT by signal]" if cut else ""))
     if figures is None:
         text = title + "\n  no step completed"
     else:

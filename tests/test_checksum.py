@@ -1,0 +1,201 @@
+"""Never a wrong byte delivered silently: every record's CRC32C is in the index, checked on
+delivery by every reader; the index's own sha256 is in the manifest, checked on open.
+
+Datasets are changed for real: an index edited (offsets swapped, shifted, shortened,
+overlapping), a shard or image file replaced by one of the same size with other bytes.
+"""
+
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+
+from hpcio.data.checksum import batch_ok, crc32c, mismatch, record_crcs
+from hpcio.data.dataset import INDEX, MANIFEST, RecordIndex, open_dataset
+from hpcio.errors import HpcioError
+from hpcio.plan import make_plan
+from hpcio.readers import make_reader
+
+from common.datasets import error_lines, make_dataset
+from common.mpi import run_mpi, run_py
+
+FORMATS = ["packed", "lmdb", "hdf5", "leveldb", "images"]
+READERS = ["naive", "coordinated", "memory"]
+BENCH = ["-m", "hpcio.bench"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    root = tmp_path_factory.getbasetemp() / "checksum-data"
+    sets = {f: make_dataset(root, f, "raw", records=64, shards=2, seed=7)
+            for f in FORMATS if f != "images"}
+    sets["images"] = make_dataset(root, "images", "png", records=32, shards=2, seed=7)
+    return sets
+
+
+def copy(ds, dst):
+    shutil.copytree(ds.root, dst)
+    return open_dataset(str(dst))
+
+
+# ---- the check itself -------------------------------------------------------------------
+@pytest.mark.parametrize("length", [1, 7, 784, 20000])
+def test_batch_check_is_the_record_crcs(length):
+    rng = np.random.default_rng(length)
+    n = 9
+    data = rng.integers(0, 256, n * length, dtype=np.uint8)
+    off = np.arange(n + 1, dtype=np.int64) * length
+    want = record_crcs(data, off)
+    assert want[2] == crc32c(data[2 * length:3 * length].tobytes())
+    for m in (1, 2, n):
+        assert batch_ok(data, off[:m + 1], want[:m])
+    bad = data.copy()
+    bad[5 * length] ^= 1
+    assert not batch_ok(bad, off, want) and mismatch(bad, off, want).tolist() == [5]
+    swapped = want[[1, 0] + list(range(2, n))]
+    assert not batch_ok(data, off, swapped)
+    for var in ([0, 3, 3, 40, 41], [0, 5, 8, 15]):  # several lengths (the second: as
+        var = np.array(var, np.int64)               # many bytes as 3 records of 5)
+        assert batch_ok(data, var, record_crcs(data, var))
+
+
+def test_every_format_indexes_the_same_crcs(base):
+    crcs = {f: base[f].index.crc for f in FORMATS if f != "images"}
+    assert all(c is not None and c.dtype == np.uint32 for c in crcs.values())
+    assert len({c.tobytes() for c in crcs.values()}) == 1  # same records, same CRCs
+    for ds in base.values():
+        ds.verify_records()
+
+
+# ---- an edited index is refused on open --------------------------------------------------
+def _edit(idx, how):
+    o = idx.offset
+    if how == "swapped":
+        o[[0, 1]] = o[[1, 0]]
+    elif how == "shifted":
+        o += 1
+        idx.length -= 1
+    elif how == "shortened":
+        idx.length[3] -= 10
+    elif how == "overlapping":
+        o[1] = o[0] + idx.length[0] // 2
+
+
+@pytest.mark.parametrize("how", ["swapped", "shifted", "shortened", "overlapping"])
+def test_edited_index_refused_by_its_hash(tmp_path, base, how):
+    ds = copy(base["packed"], tmp_path / "d")
+    path = os.path.join(ds.root, INDEX)
+    idx = RecordIndex.load(path)
+    _edit(idx, how)
+    idx.save(path)
+    with pytest.raises(HpcioError, match=r"index.npz: its sha256 is not the one in the "
+                                         r"manifest \(the index was edited") as e:
+        open_dataset(ds.root)
+    assert "\n" not in str(e.value)
+    p = run_py(["-m", "hpcio.datagen", "info", "--verify", ds.root])
+    assert p.returncode != 0 and len(error_lines(p.stderr)) == 1
+    assert "sha256 is not the one in the manifest" in p.stderr
+
+
+# ---- a file replaced before the run by one of the same size ------------------------------
+def _replace_record(ds, i):
+    """Put another file of the same size in place of record ``i``'s, its bytes changed."""
+    idx = ds.index
+    path = ds.path(idx.file[i])
+    tmp = path + ".new"
+    shutil.copyfile(path, tmp)
+    with open(tmp, "r+b") as f:
+        at = int(idx.offset[i]) + int(idx.length[i]) // 2
+        f.seek(at)
+        b = f.read(4)
+        f.seek(at)
+        f.write(bytes(x ^ 0x5A for x in b))
+    os.replace(tmp, path)
+    return path
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_same_size_file_with_other_bytes_is_caught(tmp_path, base, fmt, reader):
+    ds = copy(base[fmt], tmp_path / "d")
+    plan = make_plan(ds.records, 1, 0, 8, epoch=0, seed=3, shuffle="global")
+    i = int(plan.step(1)[3])  # delivered in the second batch
+    path = _replace_record(ds, i)
+    ds = open_dataset(ds.root)  # the sizes are right: the files pass every stat
+    with make_reader(reader, ds) as r:
+        it = r.epoch(plan)
+        assert len(next(it)) == 8
+        with pytest.raises(HpcioError) as e:
+            next(it)
+        it.close()
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: record {i} at byte {int(ds.index.offset[i])} "
+                          f"({int(ds.index.length[i])} bytes) is not the record indexed"), msg
+    assert re.search(r"CRC32C [0-9a-f]{8}, the index says [0-9a-f]{8}", msg)
+    p = run_py(["-m", "hpcio.datagen", "info", "--verify", ds.root])
+    assert p.returncode != 0 and len(error_lines(p.stderr)) == 1, p.stderr
+
+
+def test_verify_size_and_off_deliver_what_is_there(tmp_path, base):
+    ds = copy(base["packed"], tmp_path / "d")
+    plan = make_plan(ds.records, 1, 0, 8, shuffle="none")
+    _replace_record(ds, 5)
+    ds = open_dataset(ds.root)
+    for mode in ("size", "off"):
+        with make_reader("coordinated", ds, verify=mode) as r:
+            assert sum(len(b) for b in r.epoch(plan)) == 64
+            assert r.stats.extra["verify"] == mode and r.stats.verify_s == 0
+    with pytest.raises(HpcioError, match="verify='bogus' is not one of records, size, off"):
+        make_reader("memory", ds, verify="bogus")
+
+
+@pytest.mark.mpi
+def test_bench_catches_a_replaced_shard_and_marks_unverified_figures(tmp_path, base):
+    ds = copy(base["packed"], tmp_path / "d")
+    _replace_record(ds, 10)
+    args = BENCH + ["--data", ds.root, "--readers", "coordinated", "--cache", "asis",
+                    "--shuffle", "none", "--repeat", "1", "--batch", "4", "--limits", "seq",
+                    "--out", str(tmp_path / "b.json")]
+    p = run_mpi(2, args, timeout=120)
+    lines = error_lines(p.stderr)
+    assert p.returncode != 0 and len(lines) == 1, p.stderr
+    assert re.search(rf"shard-00000.rec: record 10 at byte {int(ds.index.offset[10])} ",
+                     lines[0])
+    p = run_mpi(2, args + ["--verify", "off"], timeout=120, check=True)
+    with open(tmp_path / "b.json") as f:
+        out = json.load(f)
+    runs = [r for r in out["runs"] if r["what"].startswith("coordinated")]
+    assert runs and all(r["what"] == "coordinated:verify=off" and r["verify"] == "off"
+                        for r in runs)
+    assert "coordinated:verify=off" in p.stdout
+    assert out["meta"]["verify"] == {"coordinated:verify=off": "off"}
+
+
+# ---- datasets indexed before CRCs -----------------------------------------------------------
+def test_old_index_note_and_update(tmp_path, base):
+    ds = copy(base["lmdb"], tmp_path / "d")
+    idx = ds.index
+    idx.crc = None
+    idx.save(os.path.join(ds.root, INDEX))
+    mpath = os.path.join(ds.root, MANIFEST)
+    with open(mpath) as f:
+        m = json.load(f)
+    del m["index_sha256"]
+    with open(mpath, "w") as f:
+        json.dump(m, f)
+    old = open_dataset(ds.root)
+    assert old.index.crc is None
+    with make_reader("naive", old) as r:
+        assert r.verify == "size"  # by size only, as before
+    p = run_py(["-m", "hpcio.datagen", "info", "--verify", ds.root], check=True)
+    note = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
+    assert len(note) == 1 and f"index --update {ds.root}" in note[0]
+    run_py(["-m", "hpcio.datagen", "index", "--update", ds.root], check=True)
+    new = open_dataset(ds.root)
+    assert np.array_equal(new.index.crc, base["lmdb"].index.crc)
+    assert new.manifest["index_sha256"]
+    p = run_py(["-m", "hpcio.datagen", "info", "--verify", ds.root], check=True)
+    assert "64 records' CRC32C" in p.stdout and "note:" not in p.stderr
