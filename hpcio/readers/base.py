@@ -363,6 +363,9 @@ class Reader:
     # True for a reader that memory-maps the dataset: a cold epoch must re-make it after
     # evicting, since pages a live mapping holds stay cached
     maps_files = False
+    # True for a reader that checks the CRCs of what it reads itself, where the bytes were
+    # just read (the coordinated reader's I/O thread, per request), so epoch() need not
+    verifies_reads = False
     # a yielded batch's data stays valid while the consumer asks for this many more
     # batches: a consumer that holds fewer needs no copy of its own
     lease = 0
@@ -403,7 +406,7 @@ class Reader:
         before it is handed over (``verify=records``): a record that differs ends the run
         with one line naming its file, record and offset."""
         inner = self.batches(plan)
-        if self.verify != "records":
+        if self.verify != "records" or self.verifies_reads:
             yield from inner
             return
         idx, st, clock = self.ds.index, self.stats, time.perf_counter
