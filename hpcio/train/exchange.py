@@ -36,6 +36,7 @@ import time
 import numpy as np
 
 from ..errors import HpcioError
+from ..measure.probes import mem_available
 from .models import MODELS
 
 __all__ = ["PRESET_MODELS", "EXCHANGE_MODELS", "TRANSPORTS", "exchange_size",
@@ -70,21 +71,9 @@ def exchange_size(model, nbytes, manifest):
     return n, f"{n:,} bytes: {model}'s gradients ({why})"
 
 
-def _available():
-    """Bytes of memory this node can still give (MemAvailable), or None if unknown."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
 def _too_big(nbytes, world):
     """Why this node cannot hold its ranks' exchange buffers, or None."""
-    avail = _available()
+    avail = mem_available()
     need = nbytes * world.local_size
     if avail is not None and need > avail:
         return (f"exchange of {nbytes:,} bytes per step: the {world.local_size} rank(s) on "
