@@ -89,7 +89,8 @@ class ReaderStats:
                ``access=cursor``: Caffe's reader with several solvers)
     io_s       seconds spent inside the reads (on any thread of the reader)
     verify_s   seconds spent checking delivered records against their CRC32C (in the
-               consumer's thread; also counted in ``wait_s``)
+               consumer's thread, then also counted in ``wait_s``; the coordinated
+               reader's on its I/O thread, per request, as part of reading ahead)
     wait_s     seconds the consumer was blocked waiting for a batch
     load_s     seconds spent loading data before the first batch (the memory reader's
                up-front read of the whole dataset; 0 for streaming readers)
