@@ -44,8 +44,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 PFS=$HERE/pfs-local.sh
 
 die() { echo "cluster-local: $*" >&2; exit 1; }
-now() { echo "${EPOCHREALTIME/./}"; }
-alive() { [ -n "${1:-}" ] && [ -d "/proc/$1" ] && ! grep -q '^[^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
+. "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 load_state() { [ -f "$STATE/state" ] && . "$STATE/state"; true; }
 save() { printf '%s=%q\n' "$1" "$2" >>"$STATE/state"; printf -v "$1" '%s' "$2"; }
 quiet() {                      # run; on failure, die with what and the command's last line
@@ -355,19 +354,6 @@ do_mpiexec() {
 }
 
 # --- stop ------------------------------------------------------------------------------------
-
-end_pids() {                   # TERM, then KILL after 5 s, only the pids given
-  local p left end
-  [ $# -gt 0 ] || return 0
-  kill "$@" 2>/dev/null || true
-  end=$(( $(now) + 5000000 ))
-  while :; do
-    left=(); for p in "$@"; do alive "$p" && left+=("$p"); done
-    [ ${#left[@]} -gt 0 ] || return 0
-    [ "$(now)" -lt "$end" ] || { kill -9 "${left[@]}" 2>/dev/null || true; return 0; }
-    sleep 0.1
-  done
-}
 
 in_ns_of() {                   # pids whose network namespace is that of pid $1 (but $1)
   local ns p; ns=$(readlink "/proc/$1/ns/net" 2>/dev/null) || return 0

@@ -41,8 +41,7 @@ CACHES_OFF=(performance.io-cache performance.quick-read performance.open-behind
 PKGS=(glusterfs-server glusterfs-client iproute2)
 
 die() { echo "pfs-local: $*" >&2; exit 1; }
-now() { echo "${EPOCHREALTIME/./}"; }                           # microseconds
-alive() { [ -n "${1:-}" ] && [ -d "/proc/$1" ] && ! grep -q '^[^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
+. "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 glog() {                       # glusterd's last log line (its stderr if it never logged)
   local f=$DATA/log/glusterd.log
   [ -s "$f" ] || f=$DATA/log/glusterd.out
@@ -262,19 +261,6 @@ status() {                     # asks glusterd only when ours is running: the CL
 }
 
 # --- stop ------------------------------------------------------------------------------------
-
-end_pids() {                   # TERM, then KILL after 5 s, only the pids given
-  local p left end
-  [ $# -gt 0 ] || return 0
-  kill "$@" 2>/dev/null || true
-  end=$(( $(now) + 5000000 ))
-  while :; do
-    left=(); for p in "$@"; do alive "$p" && left+=("$p"); done
-    [ ${#left[@]} -gt 0 ] || return 0
-    [ "$(now)" -lt "$end" ] || { kill -9 "${left[@]}" 2>/dev/null || true; return 0; }
-    sleep 0.1
-  done
-}
 
 teardown() {                   # whatever of a testbed is up, from the state start recorded
   local p s socks=() pids=()
