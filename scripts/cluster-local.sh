@@ -246,6 +246,7 @@ AuthType=auth/munge
 AuthInfo=socket=$STATE/munge/socket
 CredType=cred/munge
 MpiDefault=pmi2
+KillOnBadExit=1
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 ReturnToService=2

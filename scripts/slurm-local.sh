@@ -35,6 +35,7 @@ ClusterName=hpcio-local
 SlurmctldHost=$host
 AuthType=auth/munge
 MpiDefault=pmi2
+KillOnBadExit=1
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 ReturnToService=2
