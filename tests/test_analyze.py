@@ -258,6 +258,40 @@ def test_dxt_reads_split_into_exposed_and_overlapped():
     assert e.sum() + o.sum() + outside == pytest.approx(io)
 
 
+def test_dxt_alignment_follows_each_ranks_clock(tmp_path):
+    """Ranks 2 and 3 moved to a node whose clock is 5 s ahead (their step origins and
+    MPI_Init stamps read 5 s later, the log's start is still the smallest start): the
+    stamps put each rank's reads where they were; the log's start alone would not."""
+    _fixtures()
+    base = load_run(os.path.join(RUNS, "pfs-inet-lmdb-coordinated-n4"))
+    from hpcio.analysis.tables import dxt_shifts, exposure
+    e0, o0, out0 = exposure(base, base.logs[0])
+    (moved,) = _copy(["pfs-inet-lmdb-coordinated-n4"], tmp_path)
+    start = base.logs[0].start
+    for r in range(4):
+        path = os.path.join(moved, f"rank-{r}.json")
+        with open(path) as f:
+            info = json.load(f)
+        ahead = 5.0 if r >= 2 else 0.0
+        info["origin_unix"] += ahead
+        info["mpi_init_unix"] = start + 0.002 + ahead
+        info["clock"] = {"offset_s": ahead, "rtt_s": 1e-4}
+        with open(path, "w") as f:
+            json.dump(info, f)
+    run = load_run(moved)
+    assert list(dxt_shifts(run, run.logs[0]) - start) == pytest.approx([0, 0, 5, 5])
+    e, o, out = exposure(run, run.logs[0])
+    assert e == pytest.approx(e0) and o == pytest.approx(o0) and out == pytest.approx(out0)
+    for r in (2, 3):  # without the stamps: the log's start for every rank
+        with open(os.path.join(moved, f"rank-{r}.json")) as f:
+            info = json.load(f)
+        info.pop("mpi_init_unix")
+        with open(os.path.join(moved, f"rank-{r}.json"), "w") as f:
+            json.dump(info, f)
+    e1, _, out1 = exposure(load_run(moved), run.logs[0])
+    assert e1[2:].sum() < 0.5 * e0[2:].sum() and out1 > out0
+
+
 # --- bad input -------------------------------------------------------------------------
 
 

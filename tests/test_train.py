@@ -96,6 +96,9 @@ def check_run(out, ranks, steps, epochs, batch, cut_short=False):
             # no time lost between steps: the epoch's clock = the sum of its step walls
             assert abs(e["elapsed_s"] - z["wall"][m].sum()) <= 0.02 * e["elapsed_s"] + 1e-3
         assert rj["samples"]["t"], "the sampler took no sample"
+        # MPI_Init's return, then the step origin, on this rank's clock; one node: no offset
+        assert rj["mpi_init_unix"] <= rj["origin_unix"] < rj["mpi_init_unix"] + 600
+        assert rj["clock"]["offset_s"] == rj["clock"]["rtt_s"] == 0.0
         assert rj["summary"]["steps"] == n
         total_records += int(z["records"].sum())
     m = summary["metrics"]

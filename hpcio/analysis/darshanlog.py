@@ -9,9 +9,9 @@ the traces out of PyDarshan, whose DXT reader builds a dict per segment. The cou
 whose names change with each module's version, come from PyDarshan (the ``[analysis]``
 extra) or, without it, from ``darshan-parser``: both register in ``COUNTER_READERS``.
 
-DXT times are seconds since the rank's own Darshan start; the log keeps only the earliest
-rank's start (``start``), so on several nodes an absolute time is off by the ranks' start
-skew (milliseconds after ``MPI_Init``).
+DXT times are seconds since the rank's own Darshan start; the log keeps only the smallest
+of the ranks' starts (``start``), each read on its node's clock. ``tables.dxt_shifts``
+restores each rank's own start from the stamps hpcio takes at ``MPI_Init``.
 """
 
 import bz2

@@ -23,7 +23,7 @@ import numpy as np
 from . import figures as fig
 from .findings import RULES, drishti, findings
 from .model import scaling
-from .tables import run_figures, table_a, table_b, table_c
+from .tables import dataset_reads, dxt_shifts, run_figures, table_a, table_b, table_c
 from .verdict import Verdict, compare, heading, spread
 
 __all__ = ["Analysis", "analyse", "write", "FORMATS"]
@@ -322,19 +322,19 @@ def _draw(a, out):
 
 
 def _dxt_figure(run, path):
+    """Every rank on rank 0's clock: each rank's times less its node's measured offset."""
     log, s = run.logs[0], run.steps
-    d = log.dxt[~log.dxt["write"] & np.isin(log.dxt["id"], log.file_ids(run.data_path))]
-    posix = d["module"] == 0
-    d = d[posix] if posix.any() else d
-    t_first = min(i["origin_unix"] + s["t0"][r, 0] for r, i in enumerate(run.rank_info))
+    d = dataset_reads(run, log)
+    off = np.array([(i.get("clock") or {}).get("offset_s", 0.0) for i in run.rank_info])
+    origin = np.array([i["origin_unix"] for i in run.rank_info]) - off
+    start = dxt_shifts(run, log) - off
+    t_first = min(origin[r] + s["t0"][r, 0] for r in range(len(origin)))
     windows, reads = {}, {}
-    for r, info in enumerate(run.rank_info):
-        base = info["origin_unix"] - t_first
-        t0 = s["t0"][r] + base
+    for r in range(len(origin)):
+        t0 = s["t0"][r] + origin[r] - t_first
         windows[r] = (t0, t0 + s["fetch"][r] + s["prep"][r] + s["stall_other"][r])
         seg = d[d["rank"] == r]
-        shift = log.start - t_first
-        reads[r] = (seg["start"] + shift, seg["end"] + shift)
+        reads[r] = (seg["start"] + start[r] - t_first, seg["end"] + start[r] - t_first)
     return fig.dxt_steps(windows, reads, f"{run.name}: waits for a batch and DXT reads", path)
 
 

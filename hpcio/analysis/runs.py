@@ -154,10 +154,13 @@ def _log_mismatch(run, log):
         return f"a log of another run ({log.nprocs} ranks, this run has {run.ranks})"
     origins = [i.get("origin_unix") for i in run.rank_info if i]
     if origins and all(o is not None for o in origins) and run.steps:
+        # the log's start and end are a minimum and a maximum over the nodes' clocks
+        skew = max(abs((i.get("clock") or {}).get("offset_s", 0.0)) for i in run.rank_info
+                   if i)
         first = min(origins)
         last = max(o + float(run.steps["t0"][r, -1] + run.steps["wall"][r, -1])
                    for r, o in enumerate(origins))
-        if log.start > first + _SLACK or log.end < last - _SLACK:
+        if log.start > first + _SLACK + skew or log.end < last - _SLACK - skew:
             return (f"a log of another run (it spans {log.end - log.start:.0f} s starting "
                     f"{log.start - first:+.1f} s from this run's first step; the steps end "
                     f"{last - first:.1f} s after it)")

@@ -23,7 +23,7 @@ from typing import Dict, List
 import numpy as np
 
 __all__ = ["Table", "run_figures", "table_a", "table_b", "table_c", "darshan_figures",
-           "exposure", "SMALL"]
+           "dataset_reads", "dxt_shifts", "exposure", "SMALL"]
 
 SMALL = 1 << 20  # Drishti's small request: < 1 MiB
 # below these a rank's bytes or read time is metadata (an index, a manifest): imbalance
@@ -177,6 +177,27 @@ def _per_rank(records, values, nprocs):
     return out + values[~own].sum() / max(nprocs, 1)
 
 
+def dataset_reads(run, log):
+    """The log's DXT reads of the run's dataset, at the lowest layer traced (POSIX under
+    MPI-IO)."""
+    d = log.dxt[~log.dxt["write"] & np.isin(log.dxt["id"], log.file_ids(run.data_path))]
+    posix = d["module"] == 0
+    return d[posix] if posix.any() else d
+
+
+def dxt_shifts(run, log):
+    """Each rank's Darshan start, unix seconds on the rank's own clock: DXT time + this =
+    the rank's clock. The log keeps only the smallest start (a minimum over the nodes'
+    clocks); each rank's stamp of MPI_Init's return (``mpi_init_unix``), less the smallest
+    stamp, restores the rest (hpcio.measure.clock says why). Runs without the stamps get
+    the log's start for every rank, off by the ranks' start skew and the nodes' offsets."""
+    stamps = [i.get("mpi_init_unix") if i else None for i in run.rank_info]
+    if stamps and all(isinstance(x, (int, float)) and np.isfinite(x) for x in stamps):
+        stamps = np.asarray(stamps, dtype=float)
+        return log.start + (stamps - stamps.min())
+    return np.full(len(run.rank_info), log.start)
+
+
 def exposure(run, log):
     """(exposed, overlapped, outside): seconds of the log's dataset reads per (rank, step)
     inside the step's wait for its batch (exposed) and the rest of them (overlapped), and
@@ -187,9 +208,8 @@ def exposure(run, log):
     origins = [i.get("origin_unix") if i else None for i in run.rank_info]
     if not s or not len(log.dxt) or any(o is None for o in origins):
         return None
-    d = log.dxt[~log.dxt["write"] & np.isin(log.dxt["id"], log.file_ids(run.data_path))]
-    posix = d["module"] == 0
-    d = d[posix] if posix.any() else d  # the lowest layer traced: POSIX under MPI-IO
+    d = dataset_reads(run, log)
+    shifts = dxt_shifts(run, log) - np.asarray(origins, dtype=float)
     ranks, steps = s["t0"].shape
     exposed, overlapped = np.zeros((ranks, steps)), np.zeros((ranks, steps))
     outside = 0.0
@@ -197,8 +217,7 @@ def exposure(run, log):
         seg = d[d["rank"] == r]
         if not len(seg):
             continue
-        shift = log.start - origins[r]  # DXT time + shift = the rank's step clock
-        a, b = seg["start"] + shift, seg["end"] + shift
+        a, b = seg["start"] + shifts[r], seg["end"] + shifts[r]
         t0 = s["t0"][r]
         w1 = t0 + s["fetch"][r] + s["prep"][r] + s["stall_other"][r]
         # waited seconds before time t: a piecewise-linear function through the windows

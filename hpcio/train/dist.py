@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from ..errors import HpcioError
+from ..measure.clock import mpi_started
+from ..measure.clock import offsets as clock_offsets
 from ..mpiutil import node_comm, on_root
 
 __all__ = ["World", "init_world", "pick_device", "DISTS", "TorchDist", "HorovodDist",
@@ -62,10 +64,14 @@ class World:
     node: int  # index of this rank's node (0..nodes-1, ordered by the node's lowest rank)
     hostname: str
     node_comm: object = None
+    mpi_init_unix: float = None  # when MPI_Init returned, on this rank's clock
+    clock_offset_s: float = 0.0  # this node's clock minus rank 0's (measure.clock)
+    clock_rtt_s: float = 0.0  # the round trip that offset comes from (error <= half)
 
 
 def init_world(comm=None):
     """Rank, size and node-local rank from MPI (shared-memory split of the communicator)."""
+    started = mpi_started()
     from mpi4py import MPI
     comm = comm or MPI.COMM_WORLD
     node = node_comm(comm)
@@ -75,8 +81,9 @@ def init_world(comm=None):
     before = comm.exscan(leader, op=MPI.SUM) or 0  # None on rank 0
     index = node.bcast(before, root=0)
     nodes = comm.allreduce(leader, op=MPI.SUM)
+    offset, rtt = clock_offsets(comm, node)
     return World(comm, comm.rank, comm.size, local_rank, local_size, nodes, index,
-                 socket.gethostname(), node)
+                 socket.gethostname(), node, started, offset, rtt)
 
 
 def pick_device(world, want="auto"):
