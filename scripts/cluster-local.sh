@@ -169,7 +169,12 @@ start() {
   { grep -E '^(127\.|::1|fe00|ff0)' /etc/hosts | grep -vw "$(hostname)" || true
     echo "$HOST_IP $(hostname -s) $(hostname -f 2>/dev/null | grep -vx "$(hostname -s)" || true)"
     for k in $(seq "$nodes"); do echo "$(addr "$k") $(name "$k")"; done
+    # gloo looks its peers up by the IPv4-mapped address its dual-stack socket sees
+    for k in $(seq "$nodes"); do echo "::ffff:$(addr "$k") $(name "$k")"; done
   } >"$STATE/hosts"
+  # the nodes' network has no DNS: a lookup /etc/hosts cannot answer must fail at once,
+  # not after 10 s of retries
+  printf 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n' >"$STATE/resolv.conf"
   for k in $(seq "$nodes"); do start_node "$k"; done
   for k in $(seq "$nodes"); do
     wait_for 30 in_node "$k" timeout 2 bash -c "</dev/tcp/$pfs_ip/24007" || die "$(name "$k") cannot reach the testbed at $pfs_ip"
@@ -203,6 +208,7 @@ start_node() {                 # namespaces held by a sleep, a veth to the bridg
   quiet "$n: net" in_node "$k" ip link set eth0 up
   quiet "$n: net" in_node "$k" ip route add default via "$HOST_IP"
   quiet "$n: hosts" in_node "$k" mount --bind "$STATE/hosts" /etc/hosts
+  quiet "$n: resolver" in_node "$k" mount --bind "$STATE/resolv.conf" /etc/resolv.conf
 }
 
 mount_node() {                 # the node's own client, with the testbed's client options
