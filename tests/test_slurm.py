@@ -13,6 +13,7 @@ import sys
 import pytest
 
 from common.datasets import make_dataset
+from common.mpi import once_more
 
 
 def _slurm_up():
@@ -33,24 +34,10 @@ why = _slurm_up()
 pytestmark = pytest.mark.skipif(why is not None, reason=f"no Slurm here: {why}")
 
 
-# The mpich wheel's UCX netmod now and then fails its first allgather inside MPI_Init under
-# srun ("Message from rank 1 and tag 7 truncated", seen once in ~100 steps; pmodels/mpich#7417
-# is of the same kind). It happens before hpcio runs a line, so a step that died there is
-# submitted once more; any other failure counts.
-INIT_FLAKE = "Fatal error in internal_Init_thread"
-
-
-def _once_more(run):
-    p, log = run()
-    if p.returncode and INIT_FLAKE in (log + (p.stderr or "")):
-        p, log = run()
-    return p, log
-
-
 def _srun(n, args, timeout=180, env=None):
     cmd = ["srun", "--mpi=pmi2", "-n", str(n), "-O", "--kill-on-bad-exit=1",
            sys.executable] + [str(a) for a in args]
-    return _once_more(lambda: (subprocess.run(cmd, capture_output=True, text=True,
+    return once_more(lambda: (subprocess.run(cmd, capture_output=True, text=True,
                                               timeout=timeout,
                                               env=dict(os.environ, **(env or {}))), ""))[0]
 
@@ -93,7 +80,7 @@ def _sbatch(tmp_path, script, args, n=2, env=None, timeout=600):
     def run():
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
         return p, log.read_text() if log.exists() else ""
-    return _once_more(run)
+    return once_more(run)
 
 
 @pytest.mark.mpi
