@@ -7,6 +7,7 @@ shards gives the same records. Each rank returns its shards' index arrays to ran
 the end (one gather), and rank 0 writes the manifest and the record index.
 """
 
+import fcntl
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from .. import __version__
 from ..errors import HpcioError
 from ..formats import FORMATS, get_format
 from ..formats.base import Block, Spec, record_ranges, write_error
-from ..fsutil import atomic_json
+from ..fsutil import atomic_json, free_bytes
 from ..measure import probes
 from ..mpiutil import on_root, raise_everywhere
 from ..progress import Progress
@@ -143,6 +144,61 @@ def _remove_leftovers(out):
         except OSError as e:
             raise write_error(p, e)
     os.unlink(os.path.join(out, MARKER))
+
+
+def lock_output(out):
+    """Make ``out`` and take an exclusive lock on it (``flock`` on the directory: nothing
+    is left behind, and the kernel drops it when the process dies). A second writer into
+    the same directory is refused in one line instead of both writing a broken dataset.
+    Returns the descriptor to close, or None where the file system has no flock."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise HpcioError(f"{out}: exists and is not a directory")
+    try:
+        os.makedirs(out, exist_ok=True)
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        raise write_error(out, e)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise HpcioError(f"{out}: another hpcio.datagen is writing into it (its lock is "
+                         f"held); wait for it or choose another output directory")
+    except OSError:  # no flock on this file system (some NFS mounts): unlocked, as before
+        pass
+    return fd
+
+
+#: records drawn to estimate the bytes of a dataset in an encoding that compresses
+SPACE_SAMPLE = 32
+
+
+def check_space(out, source, spec, quality, force=False):
+    """Refuse, before anything is written, a dataset that cannot fit in the free space of
+    ``out``'s file system (with ``force``, counting what the dataset it replaces frees).
+    The need is the records' bytes (a sample's mean for encodings that compress), which
+    every format stores at least once: an underestimate, so a dataset that fits is never
+    refused and one that cannot is refused at once instead of after hours of writing."""
+    n = min(spec.records, SPACE_SAMPLE)
+    if spec.encoding == "raw":
+        per = float(np.prod(spec.shape))
+    else:
+        per = float(np.sum(source.block(0, n, spec.encoding, quality).lengths)) / n
+    need = int(per * np.dtype(spec.dtype).itemsize * spec.records)
+    free = free_bytes(out)
+    if free is None or need <= free:
+        return
+    freed = 0
+    if force and is_dataset(out):
+        files, dirs = owned_files(out)
+        for rel in files:
+            try:
+                freed += os.path.getsize(os.path.join(out, rel))
+            except OSError:
+                pass
+    if need > free + freed:
+        raise HpcioError(f"{out}: no space for {spec.records:,} records: they need at least "
+                         f"{need:,} bytes, {free + freed:,} are free there (disk or quota)")
 
 
 def prepare_output(out, targets, force=False):
@@ -366,7 +422,26 @@ def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=
                 {k: v for k, v in format_options.items() if v is not None}, dtype)
     keys = fmt.manifest_keys(spec)  # validates options on every rank
     targets = [t for k in range(shards) for t in fmt.targets(k, spec)]
-    on_root(comm, lambda: prepare_output(out, targets, force))
+    lock = []  # rank 0 holds the output directory's lock until the manifest is written
+
+    def claim():
+        check_space(out, source, spec, quality, force)  # before anything is made
+        lock.append(lock_output(out))
+        prepare_output(out, targets, force)
+
+    try:
+        on_root(comm, claim)
+        return _write(out, source, spec, fmt, comm, progress, quality, manifest, desc,
+                      keys)
+    finally:
+        for fd in lock:
+            os.close(fd)
+
+
+def _write(out, source, spec, fmt, comm, progress, quality, manifest, desc, keys):
+    """:func:`write_dataset` once rank 0 holds the output directory."""
+    format, encoding, dtype = spec.format, spec.encoding, spec.dtype
+    records, shards = spec.records, spec.shards
     if comm is not None and comm.Get_size() > 1:
         comm.Barrier()
     rank = comm.Get_rank() if comm is not None else 0
