@@ -173,35 +173,45 @@ def lock_output(out):
 SPACE_SAMPLE = 32
 
 
-def check_space(out, source, spec, quality, force=False):
-    """Refuse, before anything is written, a dataset that cannot fit in the free space of
-    ``out``'s file system (with ``force``, counting what the dataset it replaces frees).
-    The need is the records' bytes (a sample's mean for encodings that compress), which
-    every format stores at least once: an underestimate, so a dataset that fits is never
-    refused and one that cannot is refused at once instead of after hours of writing."""
+def space_needed(source, spec, quality):
+    """The bytes a dataset needs at least: its records' bytes (a sample's mean for
+    encodings that compress), which every format stores at least once. An underestimate,
+    so a dataset that fits is never refused."""
     n = min(spec.records, SPACE_SAMPLE)
     if spec.encoding == "raw":
         per = float(np.prod(spec.shape))
     else:
         per = float(np.sum(source.block(0, n, spec.encoding, quality).lengths)) / n
-    need = int(per * np.dtype(spec.dtype).itemsize * spec.records)
+    return int(per * np.dtype(spec.dtype).itemsize * spec.records)
+
+
+def _bytes_of(root, rels):
+    """Bytes of the files (and folders' files) ``rels`` under ``root`` that exist."""
+    total = 0
+    for rel in rels:
+        p = os.path.join(root, rel)
+        walk = os.walk(p) if os.path.isdir(p) and not os.path.islink(p) else \
+            [(os.path.dirname(p), [], [os.path.basename(p)])]
+        for d, _, names in walk:
+            for name in names:
+                try:
+                    total += os.lstat(os.path.join(d, name)).st_size
+                except OSError:
+                    pass
+    return total
+
+
+def check_space(out, records, need, freed=0):
+    """Refuse, before anything is written or removed, a dataset of ``need`` bytes that
+    cannot fit in the free space of ``out``'s file system plus the ``freed`` bytes of
+    hpcio's files it replaces: at once, instead of after hours of writing."""
     free = free_bytes(out)
-    if free is None or need <= free:
-        return
-    freed = 0
-    if force and is_dataset(out):
-        files, dirs = owned_files(out)
-        for rel in files:
-            try:
-                freed += os.path.getsize(os.path.join(out, rel))
-            except OSError:
-                pass
-    if need > free + freed:
-        raise HpcioError(f"{out}: no space for {spec.records:,} records: they need at least "
+    if need is not None and free is not None and need > free + freed:
+        raise HpcioError(f"{out}: no space for {records:,} records: they need at least "
                          f"{need:,} bytes, {free + freed:,} are free there (disk or quota)")
 
 
-def prepare_output(out, targets, force=False):
+def prepare_output(out, targets, force=False, need=None, records=0):
     """Make ``out`` ready for a new dataset whose files are ``targets`` (relative), and
     mark it as being written (:data:`MARKER`).
 
@@ -209,7 +219,8 @@ def prepare_output(out, targets, force=False):
     leftovers of an hpcio run that did not finish, or anything else, is refused unless
     ``force``; with ``force`` only files hpcio wrote are removed (listed by the old
     dataset's manifest and index, or by the unfinished run's marker), and a target that
-    exists and was not written by hpcio is never overwritten."""
+    exists and was not written by hpcio is never overwritten. ``need``: the bytes the
+    new dataset needs at least (:func:`check_space`, before anything is removed)."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise HpcioError(f"{out}: exists and is not a directory")
     try:
@@ -224,9 +235,12 @@ def prepare_output(out, targets, force=False):
         if not force:
             raise HpcioError(f"{out}: holds the leftovers of an hpcio run that did not "
                              f"finish (pass --force to replace them)")
+        check_space(out, records, need, _bytes_of(out, _leftovers(out) + [INDEX, MANIFEST]))
         _remove_leftovers(out)
         entries = os.listdir(out)
+        need = None  # checked
     if not entries:
+        check_space(out, records, need)
         _mark(out, targets)
         return
     if is_dataset(out):
@@ -235,6 +249,7 @@ def prepare_output(out, targets, force=False):
                              f"replace it)")
         _check_unused(out)
         files, dirs = owned_files(out)
+        check_space(out, records, need, _bytes_of(out, files))
         remove_owned(out, files, dirs)
     elif not force:
         raise HpcioError(f"{out}: directory exists and is not empty, and is not an hpcio "
@@ -245,6 +260,8 @@ def prepare_output(out, targets, force=False):
         if os.path.lexists(p):
             raise HpcioError(f"{p}: exists and was not written by hpcio; move it away or "
                              f"choose another output directory")
+    if not is_dataset(out):
+        check_space(out, records, need)
     _mark(out, targets)
 
 
@@ -425,9 +442,11 @@ def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=
     lock = []  # rank 0 holds the output directory's lock until the manifest is written
 
     def claim():
-        check_space(out, source, spec, quality, force)  # before anything is made
+        need = space_needed(source, spec, quality)
+        if not os.path.lexists(out):
+            check_space(out, records, need)  # before anything is made
         lock.append(lock_output(out))
-        prepare_output(out, targets, force)
+        prepare_output(out, targets, force, need, records)
 
     try:
         on_root(comm, claim)
