@@ -57,8 +57,11 @@ class MapWatch:
         if proc is None:
             return
         faulthandler.disable()
-        if self.was:
-            faulthandler.enable()
+        if self.was:  # on again, to stderr (where else it wrote is not known)
+            try:
+                faulthandler.enable()
+            except (AttributeError, OSError, ValueError):  # a stderr without a descriptor
+                pass
         proc.stdin.close()  # end of input without a report: the watcher leaves quietly
         try:
             proc.wait(WAIT)
