@@ -49,7 +49,7 @@ import numpy as np
 
 from .analysis.bench import RATIOS, summarize, table
 from .cache import cache_state
-from .cli import ArgumentParser
+from .cli import MAX_SECONDS, ArgumentParser, integer, number, seconds
 from .data.dataset import NO_CRC, open_dataset
 from .errors import HpcioError, guard
 from .fsutil import aligned_empty, atomic_json, fs_type
@@ -300,7 +300,9 @@ def wait_quiet(comm, max_wait, cpu=0.15, disk_mib_s=5.0):
 def claim_out(path, force=False):
     """Before any run: an existing result is refused (unless ``force``) and the folder is
     made, so a benchmark of an hour does not end on an unwritable or clobbered file."""
-    if os.path.exists(path) and not force:
+    if os.path.isdir(path):
+        raise HpcioError(f"--out {path} is a directory: give the JSON file to write")
+    if os.path.lexists(path) and not force:
         raise HpcioError(f"--out {path} exists (--force replaces it)")
     d = os.path.dirname(os.path.abspath(path))
     try:
@@ -309,6 +311,8 @@ def claim_out(path, force=False):
         raise HpcioError(f"--out {path}: cannot make {d}: {e.strerror}")
     if not os.access(d, os.W_OK):
         raise HpcioError(f"--out {path}: {d} is not writable")
+    if os.path.lexists(path) and not (os.path.isfile(path) and os.access(path, os.W_OK)):
+        raise HpcioError(f"--out {path} is not a writable file")
 
 
 def build_parser():
@@ -320,29 +324,29 @@ def build_parser():
     p.add_argument("--cache", default="cold,warm", help="cache states: cold, warm, asis")
     p.add_argument("--shuffle", default="none,chunk,global",
                    help=f"shuffle modes ({', '.join(SHUFFLES)})")
-    p.add_argument("--batch", type=int, default=64, help="records per batch per rank")
-    p.add_argument("--repeat", type=int, default=3, help="interleaved repeats (>= 3 for a "
+    p.add_argument("--batch", type=integer(1), default=64, help="records per batch per rank")
+    p.add_argument("--repeat", type=integer(1), default=3, help="interleaved repeats (>= 3 for a "
                    "median worth reading)")
-    p.add_argument("--steps", type=int, default=None,
+    p.add_argument("--steps", type=integer(1), default=None,
                    help="at most this many steps per epoch (default: the whole epoch)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--warmup-steps", type=int, default=64,
+    p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0)
+    p.add_argument("--warmup-steps", type=integer(0), default=64,
                    help="steps of the untimed warm-up epoch of each kept reader")
-    p.add_argument("--block", type=int, default=64, help="chunk shuffle: block of records")
-    p.add_argument("--window", type=int, default=1024, help="chunk shuffle: mixing window")
-    p.add_argument("--prefetch", type=int, default=None,
+    p.add_argument("--block", type=integer(1), default=64, help="chunk shuffle: block of records")
+    p.add_argument("--window", type=integer(1), default=1024, help="chunk shuffle: mixing window")
+    p.add_argument("--prefetch", type=integer(0), default=None,
                    help="coordinated: requests in flight (default: the reader's)")
     p.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                    help="MPI-IO (ROMIO) hint for the coordinated reader; repeatable")
-    p.add_argument("--compute-ms", type=float, default=0.0,
+    p.add_argument("--compute-ms", type=number(0.0, MAX_SECONDS * 1e3), default=0.0,
                    help="emulated compute per batch (sleep) to show prefetch overlap")
     p.add_argument("--limits", default="seq,seq-ranks,seq-direct,random",
                    help="machine limits to measure beside the readers: seq (one stream, "
                         "dd bs=8M), seq-ranks (every rank its share at once), seq-direct "
                         "(seq with O_DIRECT), random (global shuffle only)")
-    p.add_argument("--random-records", type=int, default=2000,
+    p.add_argument("--random-records", type=integer(1), default=2000,
                    help="records per rank for the random-read floor")
-    p.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
+    p.add_argument("--wait-quiet", type=seconds, default=0.0, metavar="S",
                    help="before each run wait up to S s for a second of idle CPUs (< 15%%) "
                         "and disks (< 5 MiB/s) on this node (0: do not wait)")
     p.add_argument("--drop-caches", action="store_true",
@@ -385,8 +389,6 @@ def main(argv=None):
         if x not in LIMITS:
             raise HpcioError(f"unknown limit {x!r} (choose from {', '.join(LIMITS)})",
                              everywhere=True)
-    if a.repeat < 1:
-        raise HpcioError("--repeat must be at least 1", everywhere=True)
     out_path = a.out or os.path.join("runs", time.strftime("bench-%Y%m%d-%H%M%S.json"))
     on_root(comm, lambda: claim_out(out_path, a.force))
     rank0 = comm.rank == 0

@@ -9,7 +9,7 @@ import yaml
 from .errors import HpcioError
 
 __all__ = ["ArgumentParser", "HelpFormatter", "ExamplesFormatter", "load_config", "rank0",
-           "integer", "seconds", "positive", "shape"]
+           "integer", "number", "seconds", "positive", "fraction", "shape", "MAX_SECONDS"]
 
 
 def rank0():
@@ -65,40 +65,61 @@ def load_config(path):
 
 
 # ---- argument types: a bad value is argparse's one-line error naming the option -------------
+# Every numeric option of every command takes one of these, so its allowed range is stated
+# once, in its type, and checked before any work (also for values from a config file).
 
-def integer(least):
-    """An int >= ``least`` (also from a config file's int, never from a fractional float)."""
+#: the longest duration any option takes: a sleep or timeout past it overflows the C
+#: library's time types (``time.sleep(1e308)``) long before it means anything
+MAX_SECONDS = 1e6
+
+
+def _range(least, most):
+    return f"between {least:g} and {most:g}" if most is not None else f">= {least:g}"
+
+
+def integer(least, most=None):
+    """An int in [``least``, ``most``] (also from a config file's int, never from a
+    fractional float, a bool or a nan)."""
     def conv(v):
         try:
+            if isinstance(v, bool):
+                raise ValueError
             i = int(v)
             if isinstance(v, float) and i != v:
                 raise ValueError
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise argparse.ArgumentTypeError(f"{v!r} is not an integer")
-        if i < least:
-            raise argparse.ArgumentTypeError(f"{v!r} must be >= {least}")
+        if i < least or (most is not None and i > most):
+            raise argparse.ArgumentTypeError(f"{v!r} must be an integer {_range(least, most)}")
         return i
-    conv.__name__ = f"integer >= {least}"
+    conv.__name__ = f"integer {_range(least, most)}"
     return conv
 
 
-def seconds(v):
-    """A finite number >= 0."""
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{v!r} is not a number of seconds")
-    if not math.isfinite(f) or f < 0:
-        raise argparse.ArgumentTypeError(f"{v!r} must be a finite number >= 0")
-    return f
+def number(least=0.0, most=MAX_SECONDS, above=False):
+    """A finite float in [``least``, ``most``] (``above``: strictly greater than ``least``)."""
+    def conv(v):
+        try:
+            if isinstance(v, bool):
+                raise ValueError
+            f = float(v)
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"{v!r} is not a number")
+        low = f <= least if above else f < least
+        if not math.isfinite(f) or low or f > most:
+            what = f"> {least:g} and <= {most:g}" if above else _range(least, most)
+            raise argparse.ArgumentTypeError(f"{v!r} must be a finite number {what}")
+        return f
+    conv.__name__ = "number"
+    return conv
 
 
-def positive(v):
-    """A finite number > 0."""
-    f = seconds(v)
-    if f <= 0:
-        raise argparse.ArgumentTypeError(f"{v!r} must be > 0")
-    return f
+#: a duration: finite, 0 to :data:`MAX_SECONDS`
+seconds = number(0.0, MAX_SECONDS)
+#: a finite number > 0 (intervals, rates)
+positive = number(0.0, MAX_SECONDS, above=True)
+#: a fraction in [0, 1]
+fraction = number(0.0, 1.0)
 
 
 def shape(text):

@@ -21,9 +21,10 @@ import tempfile
 import time
 import traceback
 
-__all__ = ["HpcioError", "guard", "abort", "report_to", "describe"]
+__all__ = ["HpcioError", "guard", "abort", "report_to", "describe", "program", "size_message"]
 
 _report_dir = None
+_prog = "hpcio"  # the running command's name, as its error lines begin
 FINISH_WAIT = 10.0  # s: how long ranks that failed alike wait for each other
 
 
@@ -43,6 +44,17 @@ def report_to(path):
     """Write tracebacks of unexpected errors into ``path`` (the run's directory) from now on."""
     global _report_dir
     _report_dir = path
+
+
+def program():
+    """The running command's name (``hpcio.train``), as :func:`guard` was given it."""
+    return _prog
+
+
+def size_message(path, size, want, when):
+    """The one line for a file of ``size`` bytes where the index says ``want``."""
+    how = "shrank" if size < want else "grew"
+    return f"{path}: {size} bytes, expected {want}: the file {how} {when}"
 
 
 def describe(exc):
@@ -135,6 +147,8 @@ def guard(main, prog="hpcio"):
 
     Without this, an exception on one rank leaves the others waiting in a collective.
     """
+    global _prog
+    _prog = prog
     try:
         code = main()
     except HpcioError as e:

@@ -117,7 +117,7 @@ def test_never_overwrites_a_file_hpcio_did_not_write(tmp_path):
     (["--preset", "svhn"], ["--preset", "invalid choice", "svhn"]),
     (["--format", "tfrecord"], ["--format", "invalid choice"]),
     (["--encoding", "webp"], ["--encoding", "invalid choice"]),
-    (["--records", "0"], ["--records must be at least 1"]),
+    (["--records", "0"], ["--records", "'0' must be an integer >= 1"]),
     (["--records", "3", "--shards", "4"], ["--shards must be between 1 and"]),
     (["--encoding", "png", "--format", "hdf5", "--chunk-records", "4"],
      ["chunk_records needs raw"]),
@@ -162,7 +162,10 @@ def test_force_replaces_the_leftovers_of_a_failed_run(tmp_path, fmt):
     gen = " ".join(shlex.quote(str(a)) for a in [mpiexec(), "-n", 2, sys.executable] + GEN +
                    [d, "--preset", "cifar10", "--encoding", "raw", "--format", fmt,
                     "--shards", 2])
-    script = (f"{gen} --records 1500 2>/dev/null; echo rc=$?; touch {d}/mine.txt; "
+    # the records' bytes (4.0 MB, 4.18 MB) pass the space check; with the format's
+    # overhead (LMDB pages, file blocks, HDF5's labels and headers) they do not fit
+    n = {"hdf5": 1360}.get(fmt, 1300)
+    script = (f"{gen} --records {n} 2>/dev/null; echo rc=$?; touch {d}/mine.txt; "
               f"{gen} --records 20 2>&1 | grep -v Abort; {gen} --records 20 --force "
               f">/dev/null 2>&1; echo rc=$?; ls -A {d}")
     p = subprocess.run(prefix + ["sh", "-c", script], capture_output=True, text=True,
@@ -181,11 +184,16 @@ def test_force_replaces_the_leftovers_of_a_failed_run(tmp_path, fmt):
 @pytest.mark.parametrize("fmt,enc", [("packed", "raw"), ("lmdb", "raw"), ("hdf5", "raw"),
                                      ("hdf5", "png"), ("images", "raw")])
 def test_disk_full_on_two_ranks(tmp_path, fmt, enc):
-    """A 1 MiB tmpfs in a private mount namespace: ENOSPC from any library is one line."""
+    """A 1 MiB tmpfs in a private mount namespace: 1500 records are refused before any
+    write, 300 (whose bytes fit, not with the format's overhead) fail in the writing, by
+    ENOSPC from any library: each is one line."""
     prefix, mnt = private_mount(tmp_path, "size=1m")
     p = _launch(prefix, 2, [mnt / "d", "--preset", "cifar10", "--records", 1500,
                             "--format", fmt, "--encoding", enc, "--shards", 2])
-    fails(p, "no space left on device")
+    fails(p, "no space for 1,500 records")
+    p = _launch(prefix, 2, [mnt / "d2", "--preset", "cifar10", "--records", 340,
+                            "--format", fmt, "--encoding", enc, "--shards", 2])
+    fails(p, "no space")
 
 
 @pytest.mark.mpi

@@ -48,15 +48,15 @@ def test_a_stopped_rank_ends_the_job_with_one_line(tmp_path, exchange, waits):
     assert (out / "rank-1.npz").exists() and not (out / "summary.json").exists()
 
 
-@pytest.mark.parametrize("value, says", [("-1", "must be a finite number >= 0"),
-                                         ("soon", "is not a number of seconds")])
+@pytest.mark.parametrize("value, says", [("-1", "must be a finite number between 0 and"),
+                                         ("soon", "is not a number")])
 def test_bad_stall_timeout_is_one_error(value, says):
     with pytest.raises(HpcioError, match=f"--stall-timeout.*{says}"):
         parse_args(["--data", "x", "--stall-timeout", value])
 
 
 def test_flush_interval_must_be_positive():
-    with pytest.raises(HpcioError, match="--flush-interval.*must be > 0"):
+    with pytest.raises(HpcioError, match="--flush-interval.*must be a finite number > 0"):
         parse_args(["--data", "x", "--flush-interval", "0"])
 
 

@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from ..cli import ArgumentParser, ExamplesFormatter, shape
+from ..cli import ArgumentParser, ExamplesFormatter, integer, shape
 from ..errors import HpcioError, guard
 from ..formats import FORMATS
 from ..mpiutil import on_root
@@ -62,6 +62,7 @@ def summary(ds):
 # ---- command line -----------------------------------------------------------------------------
 
 COMMANDS = ("generate", "import", "index", "info")
+SEED_MAX = 2**63 - 1  # numpy seeds pictures from (seed, record id) as 64-bit words
 DTYPES = list(dict.fromkeys(d for m in FORMATS.values() for d in dtypes_of(m)))
 
 
@@ -73,10 +74,10 @@ def _comm():
 def _add_output(p):
     p.add_argument("--format", default="packed", choices=list(FORMATS),
                    help="storage format")
-    p.add_argument("--shards", type=int, default=1,
+    p.add_argument("--shards", type=integer(1), default=1,
                    help="number of shards (files/envs/folders); shard k is written by "
                         "rank k %% P under mpiexec -n P")
-    p.add_argument("--chunk-records", type=int, default=None,
+    p.add_argument("--chunk-records", type=integer(1), default=None,
                    help="hdf5 only: chunked layout with this many records per chunk "
                         "(raw encoding; default contiguous)")
     p.add_argument("--format-option", action="append", default=[], metavar="KEY=VALUE",
@@ -88,7 +89,7 @@ def _add_output(p):
                    help="element type of raw records: float32 is what Caffe's HDF5 data "
                         "layer reads (hdf5 only: N x C x H x W pixels x 0.00390625 in "
                         "datasets data and label; implies --encoding raw)")
-    p.add_argument("--quality", type=int, default=None,
+    p.add_argument("--quality", type=integer(1, 100), default=None,
                    help="JPEG quality (default: the preset's, 90 for imports)")
     p.add_argument("--force", action="store_true",
                    help="write into an existing directory; replaces only files an earlier "
@@ -128,11 +129,11 @@ def build_parser():
                    help="; ".join(f"{p.name}: {p.records:,} x {'x'.join(map(str, p.shape))},"
                                   f" {p.classes} classes, {p.encoding}"
                                   for p in PRESETS.values()))
-    g.add_argument("--records", type=int, default=None,
+    g.add_argument("--records", type=integer(1), default=None,
                    help="number of records (default: the preset's)")
     g.add_argument("--encoding", default=None, choices=list(pictures.ENCODINGS),
                    help="record encoding (default: the preset's)")
-    g.add_argument("--seed", type=int, default=0, help="seed of pictures and labels")
+    g.add_argument("--seed", type=integer(0, SEED_MAX), default=0, help="seed of pictures and labels")
     g.add_argument("--shape", type=shape, default=None, metavar="HxWxC",
                    help="picture size instead of the preset's, e.g. 227x227x3 raw records "
                         "for offline preprocessing (the model's input, no decode/resize)")

@@ -111,8 +111,9 @@ class RecordIndex:
         try:
             with np.load(io.BytesIO(raw), allow_pickle=False) as z:
                 return cls(**{k: z[k] for k in ARRAYS}, crc=z["crc"] if "crc" in z else None)
-        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as e:
-            raise HpcioError(f"{path}: not a readable record index ({e})")
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+            # EOFError: a truncated array inside the archive
+            raise HpcioError(f"{path}: not a readable record index ({e or type(e).__name__})")
 
     def check(self, root, ends=True):
         """Raise :class:`HpcioError` if any record lies outside its file (``ends=False``:
@@ -276,6 +277,40 @@ def update_index(root):
     return ds
 
 
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+#: manifest fields every reader relies on, with what each must be
+FIELDS = {
+    "format": (lambda v: isinstance(v, str), "a format name"),
+    "encoding": (lambda v: isinstance(v, str), "an encoding name"),
+    "records": (lambda v: _is_int(v) and v >= 0, "a record count"),
+    "shape": (lambda v: isinstance(v, list) and all(_is_int(d) and d > 0 for d in v),
+              "a list of positive dimensions"),
+    "index": (lambda v: isinstance(v, str) and v and "/" not in v and v not in (".", ".."),
+              "a file name in the dataset directory"),
+    "shards": (lambda v: isinstance(v, list) and all(
+        isinstance(s, dict) and isinstance(s.get("path"), str)
+        and isinstance(s.get("records"), list) and len(s["records"]) == 2
+        and all(_is_int(r) for r in s["records"]) and _is_int(s.get("bytes", 0))
+        for s in v), "a list of {path, records: [first, end), bytes}"),
+}
+
+
+def check_manifest(mpath, manifest):
+    """One line naming the first field of ``manifest`` (read from ``mpath``) that is
+    missing or not what readers need (:data:`FIELDS`)."""
+    for key, (ok, what) in FIELDS.items():
+        if key == "index" and key not in manifest:
+            continue  # the default name
+        if key not in manifest:
+            raise HpcioError(f"{mpath}: field {key!r} missing (it must be {what})")
+        if not ok(manifest[key]):
+            raise HpcioError(f"{mpath}: field {key!r} is {json.dumps(manifest[key])[:60]}, "
+                             f"not {what}")
+
+
 def _load(root, check):
     mpath = os.path.join(root, MANIFEST)
     try:
@@ -289,8 +324,9 @@ def _load(root, check):
                          f"'python -m hpcio.datagen index {root}')")
     except (OSError, ValueError) as e:
         raise HpcioError(f"{mpath}: unreadable manifest ({e})")
-    if manifest.get("kind") != KIND:
+    if not isinstance(manifest, dict) or manifest.get("kind") != KIND:
         raise HpcioError(f"{mpath}: not an hpcio dataset manifest")
+    check_manifest(mpath, manifest)
     index = RecordIndex.load(os.path.join(root, manifest.get("index", INDEX)),
                              manifest.get("index_sha256"))
     if manifest.get("records") != len(index):

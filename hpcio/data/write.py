@@ -7,6 +7,7 @@ shards gives the same records. Each rank returns its shards' index arrays to ran
 the end (one gather), and rank 0 writes the manifest and the record index.
 """
 
+import fcntl
 import json
 import os
 import shutil
@@ -19,7 +20,7 @@ from .. import __version__
 from ..errors import HpcioError
 from ..formats import FORMATS, get_format
 from ..formats.base import Block, Spec, record_ranges, write_error
-from ..fsutil import atomic_json
+from ..fsutil import atomic_json, free_bytes
 from ..measure import probes
 from ..mpiutil import on_root, raise_everywhere
 from ..progress import Progress
@@ -145,7 +146,72 @@ def _remove_leftovers(out):
     os.unlink(os.path.join(out, MARKER))
 
 
-def prepare_output(out, targets, force=False):
+def lock_output(out):
+    """Make ``out`` and take an exclusive lock on it (``flock`` on the directory: nothing
+    is left behind, and the kernel drops it when the process dies). A second writer into
+    the same directory is refused in one line instead of both writing a broken dataset.
+    Returns the descriptor to close, or None where the file system has no flock."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise HpcioError(f"{out}: exists and is not a directory")
+    try:
+        os.makedirs(out, exist_ok=True)
+        fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        raise write_error(out, e)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise HpcioError(f"{out}: another hpcio.datagen is writing into it (its lock is "
+                         f"held); wait for it or choose another output directory")
+    except OSError:  # no flock on this file system (some NFS mounts): unlocked, as before
+        pass
+    return fd
+
+
+#: records drawn to estimate the bytes of a dataset in an encoding that compresses
+SPACE_SAMPLE = 32
+
+
+def space_needed(source, spec, quality):
+    """The bytes a dataset needs at least: its records' bytes (a sample's mean for
+    encodings that compress), which every format stores at least once. An underestimate,
+    so a dataset that fits is never refused."""
+    n = min(spec.records, SPACE_SAMPLE)
+    if spec.encoding == "raw":
+        per = float(np.prod(spec.shape))
+    else:
+        per = float(np.sum(source.block(0, n, spec.encoding, quality).lengths)) / n
+    return int(per * np.dtype(spec.dtype).itemsize * spec.records)
+
+
+def _bytes_of(root, rels):
+    """Bytes of the files (and folders' files) ``rels`` under ``root`` that exist."""
+    total = 0
+    for rel in rels:
+        p = os.path.join(root, rel)
+        walk = os.walk(p) if os.path.isdir(p) and not os.path.islink(p) else \
+            [(os.path.dirname(p), [], [os.path.basename(p)])]
+        for d, _, names in walk:
+            for name in names:
+                try:
+                    total += os.lstat(os.path.join(d, name)).st_size
+                except OSError:
+                    pass
+    return total
+
+
+def check_space(out, records, need, freed=0):
+    """Refuse, before anything is written or removed, a dataset of ``need`` bytes that
+    cannot fit in the free space of ``out``'s file system plus the ``freed`` bytes of
+    hpcio's files it replaces: at once, instead of after hours of writing."""
+    free = free_bytes(out)
+    if need is not None and free is not None and need > free + freed:
+        raise HpcioError(f"{out}: no space for {records:,} records: they need at least "
+                         f"{need:,} bytes, {free + freed:,} are free there (disk or quota)")
+
+
+def prepare_output(out, targets, force=False, need=None, records=0):
     """Make ``out`` ready for a new dataset whose files are ``targets`` (relative), and
     mark it as being written (:data:`MARKER`).
 
@@ -153,7 +219,8 @@ def prepare_output(out, targets, force=False):
     leftovers of an hpcio run that did not finish, or anything else, is refused unless
     ``force``; with ``force`` only files hpcio wrote are removed (listed by the old
     dataset's manifest and index, or by the unfinished run's marker), and a target that
-    exists and was not written by hpcio is never overwritten."""
+    exists and was not written by hpcio is never overwritten. ``need``: the bytes the
+    new dataset needs at least (:func:`check_space`, before anything is removed)."""
     if os.path.exists(out) and not os.path.isdir(out):
         raise HpcioError(f"{out}: exists and is not a directory")
     try:
@@ -168,9 +235,12 @@ def prepare_output(out, targets, force=False):
         if not force:
             raise HpcioError(f"{out}: holds the leftovers of an hpcio run that did not "
                              f"finish (pass --force to replace them)")
+        check_space(out, records, need, _bytes_of(out, _leftovers(out) + [INDEX, MANIFEST]))
         _remove_leftovers(out)
         entries = os.listdir(out)
+        need = None  # checked
     if not entries:
+        check_space(out, records, need)
         _mark(out, targets)
         return
     if is_dataset(out):
@@ -179,6 +249,7 @@ def prepare_output(out, targets, force=False):
                              f"replace it)")
         _check_unused(out)
         files, dirs = owned_files(out)
+        check_space(out, records, need, _bytes_of(out, files))
         remove_owned(out, files, dirs)
     elif not force:
         raise HpcioError(f"{out}: directory exists and is not empty, and is not an hpcio "
@@ -189,6 +260,8 @@ def prepare_output(out, targets, force=False):
         if os.path.lexists(p):
             raise HpcioError(f"{p}: exists and was not written by hpcio; move it away or "
                              f"choose another output directory")
+    if not is_dataset(out):
+        check_space(out, records, need)
     _mark(out, targets)
 
 
@@ -366,7 +439,28 @@ def write_dataset(out, source, format="packed", encoding="raw", shards=1, force=
                 {k: v for k, v in format_options.items() if v is not None}, dtype)
     keys = fmt.manifest_keys(spec)  # validates options on every rank
     targets = [t for k in range(shards) for t in fmt.targets(k, spec)]
-    on_root(comm, lambda: prepare_output(out, targets, force))
+    lock = []  # rank 0 holds the output directory's lock until the manifest is written
+
+    def claim():
+        need = space_needed(source, spec, quality)
+        if not os.path.lexists(out):
+            check_space(out, records, need)  # before anything is made
+        lock.append(lock_output(out))
+        prepare_output(out, targets, force, need, records)
+
+    try:
+        on_root(comm, claim)
+        return _write(out, source, spec, fmt, comm, progress, quality, manifest, desc,
+                      keys)
+    finally:
+        for fd in lock:
+            os.close(fd)
+
+
+def _write(out, source, spec, fmt, comm, progress, quality, manifest, desc, keys):
+    """:func:`write_dataset` once rank 0 holds the output directory."""
+    format, encoding, dtype = spec.format, spec.encoding, spec.dtype
+    records, shards = spec.records, spec.shards
     if comm is not None and comm.Get_size() > 1:
         comm.Barrier()
     rank = comm.Get_rank() if comm is not None else 0

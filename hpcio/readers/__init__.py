@@ -4,6 +4,7 @@
 """
 
 import inspect
+import math
 
 from ..errors import HpcioError
 from .base import (READERS, VERIFY, Auto, Batch, Reader, ReaderStats, convert_option, faults,
@@ -17,6 +18,22 @@ __all__ = ["READERS", "Batch", "Reader", "ReaderStats", "faults", "register", "m
 # options a run may pass to whichever reader it picks (a reader without them ignores
 # them), with their types
 COMMON_OPTIONS = {"hints": dict, "prefetch": int, "collective": Auto, "verify": VERIFY}
+
+#: the least value of a numeric reader option (0 for one not listed): a count below it
+#: would run as something else than the config records (``prefetch=-5`` ran with 0)
+OPTION_LEAST = {"request_bytes": 1, "threads": 1, "sieve_ratio": 1.0}
+
+
+def _in_range(name, value):
+    """``value`` of a numeric option, refused in one line when not finite or below its
+    least (:data:`OPTION_LEAST`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return value
+    least = OPTION_LEAST.get(name, 0)
+    if not math.isfinite(value) or value < least:
+        raise HpcioError(f"reader option {name}={value!r} must be a finite number >= {least}",
+                         everywhere=True)
+    return value
 
 
 def option_types(cls):
@@ -44,7 +61,7 @@ def check_options(name, options):
     bad = sorted(set(options) - set(types))
     if bad:
         raise HpcioError(f"reader {name!r} has no option {', '.join(bad)}", everywhere=True)
-    return {k: convert_option(k, v, types[k]) for k, v in options.items()}
+    return {k: _in_range(k, convert_option(k, v, types[k])) for k, v in options.items()}
 
 
 def check_dataset(name, dataset, options):

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..cache import resident_bytes
 from ..data.checksum import batch_ok, mismatch, record_crcs
-from ..errors import HpcioError
+from ..errors import HpcioError, size_message
 from ..formats import FORMATS
 from ..fsutil import aligned_empty
 from ..mpiutil import node_comm
@@ -180,8 +180,7 @@ def files_are_records(ds):
 
 def size_error(path, size, want, when):
     """The one line for a file of ``size`` bytes where the index says ``want``."""
-    how = "shrank" if size < want else "grew"
-    return HpcioError(f"{path}: {size} bytes, expected {want}: the file {how} {when}")
+    return HpcioError(size_message(path, size, want, when))
 
 
 class FileCheck:

@@ -15,7 +15,9 @@ start and, for the files a batch touches, once per batch: before its reads where
 format maps its files (``MAPPED``: an LMDB page past the end of a truncated file is a
 SIGBUS), after them elsewhere (HDF5 reads zeros past the end, ``pread`` returns less).
 A shard truncated in the instant between the check and an LMDB read still kills the
-process with SIGBUS. Image files are records: each is read whole and its length compared
+process with SIGBUS, which no check can close: while a mapped format is open, a watcher
+process (:class:`hpcio.mapfault.MapWatch`) receives the fault's report and prints the one
+line naming the shard that shrank, as the check would have. Image files are records: each is read whole and its length compared
 with the index. The reading thread's I/O counters around each batch's reads
 (:class:`ThreadIO`) give ``calls`` and ``read_bytes`` (:class:`ReaderStats`).
 """
@@ -26,6 +28,8 @@ import numpy as np
 
 from ..errors import HpcioError
 from ..formats import FORMATS
+from ..mapfault import MapWatch
+from ..mpiutil import rank_size as _rank_size
 from .assemble import layout
 from .base import Batch, BufferRing, FileCheck, Reader, ThreadIO, faults, \
     files_are_records, register
@@ -55,7 +59,15 @@ class NaiveReader(Reader):
         self.check = None if files_are_records(dataset) else \
             FileCheck(dataset, live=self.verify != "off")
         self.mapped = bool(getattr(fmt, "MAPPED", False))  # check before reads, not after
-        self.native = fmt.open_native(dataset)
+        self._watch = None
+        if self.mapped:  # a SIGBUS in the map becomes a line naming the shard
+            self._watch = MapWatch(zip(dataset.paths, dataset.index.file_bytes.tolist()),
+                                   *_rank_size(comm))
+        try:
+            self.native = fmt.open_native(dataset)
+        except BaseException:
+            self.close()
+            raise
         self.stats.opens += self.native.opens
         if access == "cursor" and not hasattr(self.native, "walk"):
             self.native.close()
@@ -130,5 +142,8 @@ class NaiveReader(Reader):
         native, self.native = getattr(self, "native", None), None
         if native is not None:
             native.close()
+        watch, self._watch = getattr(self, "_watch", None), None
+        if watch is not None:  # after the map is gone
+            watch.close()
         self._ring.clear()
         self._meter.close()

@@ -6,7 +6,7 @@ underscores); flags given on the command line override it. Every error is one li
 
 import argparse
 
-from ..cli import ArgumentParser, integer, load_config, positive, seconds
+from ..cli import ArgumentParser, fraction, integer, load_config, positive, seconds
 from ..errors import HpcioError
 from ..plan import SHUFFLES
 from ..progress import EVERY
@@ -85,7 +85,7 @@ def build_parser():
                    help="emulate: the exchange's transport: torch.distributed gloo (no "
                         "MPI lock, so MPI-IO readers cannot delay it) or MPI")
     g.add_argument("--lr", type=positive, default=0.01, help="SGD learning rate")
-    g.add_argument("--momentum", type=seconds, default=0.9, help="SGD momentum")
+    g.add_argument("--momentum", type=fraction, default=0.9, help="SGD momentum")
     g = p.add_argument_group("training")
     g.add_argument("--batch", type=integer(1), default=64, help="samples per rank per step")
     g.add_argument("--epochs", type=integer(1), default=1, help="passes over the data")
@@ -93,7 +93,7 @@ def build_parser():
                    help="at most N steps per epoch (default: the whole epoch)")
     g.add_argument("--shuffle", default="global", choices=SHUFFLES,
                    help="sample order of each epoch (see hpcio/plan.py)")
-    g.add_argument("--seed", type=integer(0), default=0,
+    g.add_argument("--seed", type=integer(0, 2**63 - 1), default=0,
                    help="seeds the sample order, augmentation and compute-time draws")
     g.add_argument("--drop-last", action=argparse.BooleanOptionalAction, default=True,
                    help="drop the records that do not fill a last full step")
