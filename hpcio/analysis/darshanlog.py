@@ -15,11 +15,14 @@ skew (milliseconds after ``MPI_Init``).
 """
 
 import bz2
+import contextlib
 import importlib.util
 import os
 import re
 import struct
 import subprocess
+import sys
+import tempfile
 import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
@@ -193,12 +196,13 @@ def _header(data, path):
     return order, version, comp, partial_flag, regions
 
 
-def read_log(path, reader=None):
+def read_log(path, reader=None, counters=True):
     """Read the log at ``path`` once (see the module docstring). Raises HpcioError with one
     line naming the file when it is missing, not a regular file, not a Darshan 3 log,
     truncated, or corrupt: a bad header or region length, a compressed stream that fails
     its checksum, records that fail the checks of :func:`_check_counters`. ``reader``
-    names a counter reader (``COUNTER_READERS``); by default the first available."""
+    names a counter reader (``COUNTER_READERS``); by default the first available;
+    ``counters=False`` reads none (the header, names and DXT only)."""
     try:
         data = read_bytes(path, LIMITS["darshan"])
     except FileNotFoundError:
@@ -236,19 +240,43 @@ def read_log(path, reader=None):
         partial=[m for i, m in enumerate(_MODULE_IDS) if partial_flag >> i & 1],
         names=names, dxt=np.concatenate(parts) if parts else np.empty(0, DXT_DTYPE))
     wanted = [m for m in COUNTER_MODULES if m in modules]
-    name = reader or counter_reader()
+    name = (reader or counter_reader()) if counters else None
     if wanted and name:
+        with _stderr_kept() as said:
+            try:
+                log.counters = COUNTER_READERS[name][1](path, wanted)
+            except HpcioError:
+                raise
+            except Exception as e:  # a library's own check on a log that passed ours
+                raise HpcioError(f"{path}: {name} cannot read its counters "
+                                 f"({describe(e)})") from None
         try:
-            log.counters = COUNTER_READERS[name][1](path, wanted)
-        except HpcioError:
-            raise
-        except Exception as e:  # a library's own check on a log that passed ours
-            raise HpcioError(f"{path}: {name} cannot read its counters ({describe(e)})") \
+            for mod, rec in log.counters.items():
+                _check_counters(rec, len(raw[mod]), mod, log, f"{path}: {mod} region")
+        except HpcioError as e:
+            raise HpcioError(f"{e}" + (f"; {name} said: {said[-1]}" if said else "")) \
                 from None
-        for mod, rec in log.counters.items():
-            _check_counters(rec, len(raw[mod]), mod, log, f"{path}: {mod} region")
         log.counter_reader = name
     return log
+
+
+@contextlib.contextmanager
+def _stderr_kept():
+    """The lines a C library prints on fd 2 meanwhile (libdarshan-util prints "Error: ..."
+    and goes on), kept out of the one line the user sees: yields a list filled on exit."""
+    said = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield said
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            said += [ln.strip() for ln in tmp.read(1 << 16).decode("utf-8", "replace")
+                     .splitlines() if ln.strip()]
 
 
 # bytes of a record beyond (id, rank) and its counters (darshan-hdf5-log-format.h:
@@ -279,7 +307,7 @@ def _check_counters(rec, nbytes, mod, log, what):
     bad = ~np.isfinite(v) | (v < -1)
     if bad.any():
         row, col = (int(x[0]) for x in np.nonzero(bad))
-        raise HpcioError(f"{what}: corrupt ({rec.names[counts[col]]} = {v[row, col]!r} "
+        raise HpcioError(f"{what}: corrupt ({rec.names[counts[col]]} = {float(v[row, col]):g} "
                          f"in record {row})")
 
 

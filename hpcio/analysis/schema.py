@@ -158,10 +158,12 @@ class Opt:
 
 class Obj:
     """A mapping with known fields: name -> spec, or (spec, True) when required. A bad
-    optional field is dropped and named in ``gaps``; other keys pass as they are."""
+    optional field is dropped and named in ``gaps`` (``strict``: it makes the mapping
+    bad); other keys pass as they are."""
 
-    def __init__(self, fields):
+    def __init__(self, fields, strict=False):
         self.fields = {k: v if isinstance(v, tuple) else (v, False) for k, v in fields.items()}
+        self.strict = strict  # a bad optional field makes the whole mapping bad
 
     def clean(self, v, at, gaps):
         if not isinstance(v, dict):
@@ -176,7 +178,7 @@ class Obj:
             try:
                 out[k] = spec.clean(v[k], where, gaps)
             except _Bad as b:
-                if required:
+                if required or self.strict:
                     raise
                 gaps.append((b.at, b.what))
                 del out[k]
@@ -264,7 +266,7 @@ RANK = Obj({
 SWEEP = Obj({"runs": (List(Obj({
     "point": (Obj({"reader": Opt(Str), "ranks": Opt(Int(1, MAX_RANKS))}), True),
     "status": (Str, True), "repeat": Opt(Int()), "error": Opt(Str), "run_dir": Opt(Str),
-}), drop=True), True)})
+}, strict=True), drop=True), True)})  # a run's entry half understood is not analysed
 
 
 def _json(data):
@@ -357,7 +359,7 @@ def load_columns(path, required, optional=(), nonnegative=()):
             raise Invalid(f"{path}: {c}: {int(bad.sum())} NaN/inf value(s), the first at "
                           f"row {int(bad.argmax())}: not measured values")
         if c in nonnegative and (a < 0).any():
-            raise Invalid(f"{path}: {c}: negative value {a[a < 0][0]!r} at row "
+            raise Invalid(f"{path}: {c}: negative value {a[a < 0][0].item()!r} at row "
                           f"{int((a < 0).argmax())}")
     return out
 
