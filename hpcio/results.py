@@ -8,7 +8,10 @@ is there, names the ranks that left no files and the ranks whose files are parti
 the steps each flushed), and writes ``summary.json`` and ``summary.txt`` (atomically) with
 the figures of the flushed steps: :func:`hpcio.analysis.summary.summarize` over each rank's
 :func:`hpcio.measure.steps.rank_summary`, the ranks that flushed no step left out. A run
-that finished keeps the summary it wrote: nothing of it is replaced.
+that finished keeps the summary it wrote: nothing of it is replaced, nor a summary file
+this command did not write (refused in one line). Rank files are read through
+:mod:`hpcio.analysis.schema`: one that cannot be used (a NaN, a wrong type, a FIFO) is named
+on stderr, left out of the figures, and the exit code is 1.
 """
 
 import os
