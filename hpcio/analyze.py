@@ -6,7 +6,8 @@ scales.
 
 Takes run directories, sweep directories (``python -m hpcio.sweep``) or directories holding
 either, reads every run's step records, counters and Darshan logs (``RUN/darshan/*.darshan``)
-and writes into ``-o`` only: ``report.html`` (self-contained), ``report.md``, ``table-a.csv``
+and writes into ``-o`` only (a new or empty directory, or one of its earlier reports;
+never an input): ``report.html`` (self-contained), ``report.md``, ``table-a.csv``
 (per reader x format x ranks), ``table-b.csv`` (what Darshan saw), ``table-c.csv`` (the OS's
 counters per sample), the PNG figures and ``summary.json``. Runs at several rank counts get
 the scaling model (``hpcio.analysis.model``). Input it cannot use (a missing, truncated or
@@ -18,11 +19,11 @@ from the rest; the exit code is then 1.
 import os
 import sys
 
-from .analysis.runs import load
+from .analysis.runs import SWEEP, load
 from .cli import ArgumentParser, ExamplesFormatter
 from .errors import HpcioError, guard
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "main", "refuse_out", "REPORT_MARKER"]
 
 
 def build_parser():
@@ -51,6 +52,34 @@ def build_parser():
     return p
 
 
+REPORT_MARKER = ".hpcio-report"  # a report directory of hpcio.analyze: it may write there
+
+
+def refuse_out(out, inputs, runs):
+    """Why the report may not go into ``out``, or None: it is an input or inside a run or
+    sweep directory (the report's summary.json would replace the run's), or it holds files
+    this command did not write (no marker)."""
+    real = os.path.realpath(out)
+    for p in list(inputs) + list(runs):
+        p = os.path.realpath(p)
+        is_run = os.path.isfile(os.path.join(p, "config.yaml")) or \
+            os.path.isfile(os.path.join(p, SWEEP))
+        if real == p or (is_run and real.startswith(p + os.sep)):
+            return (f"is {'' if real == p else 'inside '}the input {p}: the report never "
+                    f"goes into what it reads; give another directory")
+    try:
+        names = sorted(os.listdir(real))
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return e.strerror
+    if names and REPORT_MARKER not in names:
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return (f"holds files hpcio.analyze did not write ({shown}); give a new or empty "
+                f"directory, or a report directory of an earlier analysis")
+    return None
+
+
 def main(argv=None):
     a = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:  # matplotlib: the [analysis] extra (see hpcio/__init__.py)
@@ -70,8 +99,13 @@ def main(argv=None):
     if not runs:
         raise HpcioError("no run to analyse: " + ("; ".join(problems) or
                                                   "no run directory under the inputs"))
+    why = refuse_out(out, a.inputs, [r.path for r in runs])
+    if why:
+        raise HpcioError(f"-o {a.out}: {why}")
     try:
         os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, REPORT_MARKER), "a"):
+            pass
     except OSError as e:
         raise HpcioError(f"-o {a.out}: {e.strerror}") from None
     analysis = analyse(runs, problems, notes, baseline=a.baseline,

@@ -8,72 +8,103 @@ is there, names the ranks that left no files and the ranks whose files are parti
 the steps each flushed), and writes ``summary.json`` and ``summary.txt`` (atomically) with
 the figures of the flushed steps: :func:`hpcio.analysis.summary.summarize` over each rank's
 :func:`hpcio.measure.steps.rank_summary`, the ranks that flushed no step left out. A run
-that finished keeps the summary it wrote: nothing of it is replaced.
+that finished keeps the summary it wrote: nothing of it is replaced, nor a summary file
+this command did not write (refused in one line). Rank files are read through
+:mod:`hpcio.analysis.schema`: one that cannot be used (a NaN, a wrong type, a FIFO) is named
+on stderr, left out of the figures, and the exit code is 1.
 """
 
-import json
 import os
+import re
 import sys
-import zipfile
 
-import numpy as np
-import yaml
-
+from .analysis import schema
 from .analysis.summary import format_table, summarize
 from .cli import ArgumentParser
 from .errors import HpcioError, guard
 from .measure.results import RunDir
-from .measure.steps import rank_summary
+from .measure.steps import COMPONENTS, SINCE_EXCHANGE, rank_summary
 
 __all__ = ["main", "summarize_run", "SOURCE"]
 
 SOURCE = "hpcio.results summarize"  # summary.json's "source" when this command wrote it
 
 
-def _load_rank(path, r):
-    """(arrays, partial) of rank ``r``, or None when it left no step file."""
+def _load_rank(path, r, problems):
+    """(arrays, partial) of rank ``r``, or None when it left no usable step file (why, in
+    ``problems``, when the file is there but unusable)."""
     npz = os.path.join(path, f"rank-{r}.npz")
-    if not os.path.exists(npz):
+    try:
+        arrays = schema.load_columns(npz, _REQUIRED, _OPTIONAL, _NONNEGATIVE)
+    except FileNotFoundError:
+        return None
+    except schema.Invalid as e:
+        problems.append(f"{e}; rank {r} is left out")
         return None
     try:
-        with np.load(npz) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise HpcioError(f"{npz}: cannot read it ({e})")
-    try:
-        with open(os.path.join(path, f"rank-{r}.json")) as f:
-            partial = bool(json.load(f).get("partial", False))
-    except (OSError, ValueError):  # killed between its two files: the steps still count
+        info, _ = schema.load(os.path.join(path, f"rank-{r}.json"), "rank")
+        partial = bool(info.get("partial", False))
+    except (FileNotFoundError, schema.Invalid):  # killed between its two files
         partial = True
     return arrays, partial
 
 
+_REQUIRED = ("epoch", "step", "wall", "records", "nbytes") + tuple(
+    c for c in COMPONENTS if c not in SINCE_EXCHANGE)
+_OPTIONAL = tuple(c for c in SINCE_EXCHANGE if c not in _REQUIRED)
+_NONNEGATIVE = _REQUIRED + _OPTIONAL
+
+
 def _config(path):
+    cfg = os.path.join(path, "config.yaml")
     try:
-        with open(os.path.join(path, "config.yaml")) as f:
-            config = yaml.safe_load(f)
+        config, _ = schema.load(cfg, "config")
     except FileNotFoundError:
-        raise HpcioError(f"{path}: not a run directory of hpcio.train (no config.yaml)")
-    except (OSError, yaml.YAMLError) as e:
-        raise HpcioError(f"{path}/config.yaml: cannot read it ({e})".splitlines()[0])
-    if not isinstance(config, dict) or not isinstance(config.get("ranks"), int):
-        raise HpcioError(f"{path}/config.yaml: no rank count: not written by hpcio.train")
+        raise HpcioError(f"{path}: not a run directory of hpcio.train (no config.yaml)") \
+            from None
     return config
 
 
 def _kept(path):
     """The summary.json the run itself wrote, if any."""
     try:
-        with open(os.path.join(path, "summary.json")) as f:
-            s = json.load(f)
-    except (OSError, ValueError):
+        s, _ = schema.load(os.path.join(path, "summary.json"), "summary")
+    except (FileNotFoundError, schema.Invalid):
         return None
     return s if s.get("source") != SOURCE else None
 
 
+def _ours(path):
+    """Why hpcio.results may not write over the summary files in ``path`` (files it did
+    not write itself: a user's, or a damaged run's), or None."""
+    for name, mine in _MINE.items():
+        p = os.path.join(path, name)
+        if not os.path.lexists(p):
+            continue
+        try:
+            head = schema.read_bytes(p, schema.LIMITS["json"])[:len(_TITLE) + 64]
+        except (OSError, schema.Invalid):
+            return f"{p}: exists and is not a file hpcio.results wrote"
+        if not mine(head):
+            return f"{p}: exists and was not written by hpcio.results; not overwritten " \
+                   f"(move it away to summarize this run)"
+    return None
+
+
+_TITLE = b"hpcio.results: "
+_LISTED = 16  # missing ranks named one per line up to this many
+# file: does its beginning show that hpcio.results wrote it?
+_MINE = {
+    "summary.json": lambda head: re.match(rb'\{\s*"source":\s*"' + re.escape(SOURCE.encode())
+                                          + rb'"', head) is not None,
+    "summary.txt": lambda head: head.startswith(_TITLE),
+}
+
+
 def summarize_run(path):
-    """(summary, text, written) for the run directory ``path``; ``written`` is False when
-    the run finished and its own summary was kept."""
+    """(summary, text, problems) for the run directory ``path``: ``problems`` (one line
+    per rank file that could not be used) is None when the run finished and its own
+    summary was kept, nothing written."""
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise HpcioError(f"{path}: no such run directory")
@@ -81,18 +112,26 @@ def summarize_run(path):
     kept = _kept(path)
     if kept is not None:
         try:
-            with open(os.path.join(path, "summary.txt")) as f:
-                text = f.read()
-        except OSError:
+            text = schema.read_bytes(os.path.join(path, "summary.txt"),
+                                     schema.LIMITS["json"]).decode("utf-8", "replace")
+        except (OSError, schema.Invalid):
             text = ""
-        return kept, text + f"  {path}: the run finished; its summary is kept\n", False
+        return kept, text + f"  {path}: the run finished; its summary is kept\n", None
+    refused = _ours(path)
+    if refused:
+        raise HpcioError(refused)
     ranks = config["ranks"]
     expected = (config.get("epochs") or 0) * (config.get("steps_per_epoch") or 0)
-    missing, partial, flushed, per_rank, used = [], [], {}, [], []
+    missing, partial, flushed, per_rank, used, problems = [], [], {}, [], [], []
+    present, unusable = schema.rank_files(path, ranks)["npz"], set()
     for r in range(ranks):
-        got = _load_rank(path, r)
+        if r not in present:
+            missing.append(r)
+            continue
+        got = _load_rank(path, r, problems)
         if got is None:
             missing.append(r)
+            unusable.add(r)
             continue
         arrays, part = got
         flushed[r] = int(len(arrays["wall"]))
@@ -121,18 +160,24 @@ def summarize_run(path):
              f"{config.get('reader')}, batch {config.get('batch')}: from the files the "
              f"ranks flushed" + ("" if complete else "  [INCOMPLETE]"))
     lines = [format_table(figures, title) if figures else title + "\n  no step flushed"]
-    for r in range(ranks):
-        if r in missing:
-            lines.append(f"  rank {r}: missing (no rank-{r}.npz)")
-        else:
+    absent = set(missing) - unusable
+    if len(absent) > _LISTED:  # a config claiming a million ranks: one line, not a million
+        lines.append(f"  ranks {schema.spans(absent)}: missing (no rank-R.npz)")
+    for r in sorted(flushed.keys() | unusable | (absent if len(absent) <= _LISTED else set())):
+        if r in flushed:
             state = "partial" if r in partial else "finished"
             lines.append(f"  rank {r}: {flushed[r]} of {expected} steps flushed ({state})")
+        else:
+            lines.append(f"  rank {r}: " + ("unusable (see below)" if r in unusable
+                                            else f"missing (no rank-{r}.npz)"))
     lines.append(f"  results: {path}")
+    lines += [f"  {p}" for p in problems]
     text = "\n".join(lines) + "\n"
+    summary["problems"] = problems
     out = RunDir(path)
     out.json("summary.json", summary)
     out.text("summary.txt", text)
-    return summary, text, True
+    return summary, text, problems
 
 
 def build_parser():
@@ -147,9 +192,11 @@ def build_parser():
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
-    _, text, _ = summarize_run(args.rundir)
+    _, text, problems = summarize_run(args.rundir)
     sys.stdout.write(text)
-    return 0
+    for p in problems or []:
+        print(f"hpcio.results: {p}", file=sys.stderr)
+    return 1 if problems else 0
 
 
 if __name__ == "__main__":

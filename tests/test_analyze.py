@@ -375,7 +375,8 @@ def test_cut_short_and_older_runs_are_said(tmp_path):
         f"hpcio.analyze: {os.path.join(norank, 'rank-3.npz')}: missing; this run's step "
         f"tables are left out"]
     assert sorted(os.listdir(out)) == sorted(
-        ["report.md", "table-a.csv", "table-b.csv", "table-c.csv", "breakdown.png",
+        [".hpcio-report", "report.md", "table-a.csv", "table-b.csv", "table-c.csv",
+         "breakdown.png",
          "heatmap.png", "stall-vs-ranks.png", "bandwidth.png", "os-counters.png",
          "dxt-steps-pfs-inet-lmdb-naive-n1.png"])
     with open(out / "report.md") as f:

@@ -15,19 +15,23 @@ restores each rank's own start from the stamps hpcio takes at ``MPI_Init``.
 """
 
 import bz2
+import contextlib
 import importlib.util
 import os
 import re
 import struct
 import subprocess
+import sys
+import tempfile
 import zlib
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import numpy as np
 
-from ..errors import HpcioError
+from ..errors import HpcioError, describe
 from ..measure.darshan import _MAGIC, _MODULE_IDS, find_parser
+from .schema import LIMITS, MAX_RANKS, read_bytes
 
 __all__ = ["DarshanLog", "Records", "read_log", "COUNTER_MODULES", "COUNTER_READERS",
            "counter_reader"]
@@ -95,16 +99,17 @@ class DarshanLog:
 
 
 def _inflate(blob, comp, what):
-    """A region's bytes: its compressed streams, back to back, decompressed."""
-    if comp == 2:
+    """A region's bytes: its compressed streams, back to back, decompressed (each stream's
+    own checksum verified: a flipped byte fails here)."""
+    new = _INFLATERS[comp]
+    if new is None:
         return blob
-    new = zlib.decompressobj if comp == 0 else bz2.BZ2Decompressor
     out = []
     while blob:
         d = new()
         try:
             out.append(d.decompress(blob))
-        except (zlib.error, OSError, ValueError) as e:
+        except (zlib.error, OSError, ValueError, EOFError) as e:
             raise HpcioError(f"{what}: corrupt ({e})") from None
         if not d.eof:
             raise HpcioError(f"{what}: cut off inside a compressed stream")
@@ -112,18 +117,24 @@ def _inflate(blob, comp, what):
     return b"".join(out)
 
 
-def _names(raw, order):
+# darshan_comp_type: ZLIB, BZIP2, NONE
+_INFLATERS = {0: zlib.decompressobj, 1: bz2.BZ2Decompressor, 2: None}
+
+
+def _names(raw, order, what):
     """The name table: (uint64 id, NUL-terminated path) back to back."""
     out, pos = {}, 0
     while pos + 8 < len(raw):
         rid = struct.unpack_from(order + "Q", raw, pos)[0]
-        end = raw.index(b"\0", pos + 8)
+        end = raw.find(b"\0", pos + 8)
+        if end < 0:
+            raise HpcioError(f"{what}: corrupt (a name without its end)")
         out[rid] = raw[pos + 8:end].decode("utf-8", "replace")
         pos = end + 1
     return out
 
 
-def _dxt(raw, order, module):
+def _dxt(raw, order, module, nprocs, what):
     """One DXT module's records: a Python step per (rank, file) record, its segments
     taken as one array."""
     seg = np.dtype(_SEGMENT).newbyteorder(order)
@@ -132,6 +143,10 @@ def _dxt(raw, order, module):
         rid, rank = struct.unpack_from(order + "Qq", raw, pos)
         wc, rc = struct.unpack_from(order + "qq", raw, pos + 88)
         n = wc + rc
+        if wc < 0 or rc < 0 or not 0 <= rank < nprocs or \
+                pos + _DXT_RECORD + 32 * n > len(raw):
+            raise HpcioError(f"{what}: corrupt (a record of rank {rank} with {wc} writes "
+                             f"and {rc} reads at byte {pos:,} of {len(raw):,})")
         segs = np.frombuffer(raw, seg, n, pos + _DXT_RECORD)
         part = np.empty(n, DXT_DTYPE)
         for f, _ in _SEGMENT:
@@ -140,50 +155,84 @@ def _dxt(raw, order, module):
         part["write"] = np.arange(n) < wc  # writes first, then reads
         parts.append(part)
         pos += _DXT_RECORD + 32 * n
+    if pos != len(raw):
+        raise HpcioError(f"{what}: corrupt ({len(raw) - pos} bytes after its last record)")
     return parts
 
 
-def read_log(path, reader=None):
-    """Read the log at ``path`` once (see the module docstring). Raises HpcioError with one
-    line when the file is missing, not a Darshan 3 log, truncated or corrupt. ``reader``
-    names a counter reader (``COUNTER_READERS``); by default the first available."""
-    if not os.path.isfile(path):
-        raise HpcioError(f"{path}: no such file")
-    with open(path, "rb") as f:
-        data = f.read()
-    order = next((o for o in "<>" if len(data) >= _HEADER and data.startswith(b"3.")
-                  and struct.unpack_from(o + "q", data, 8)[0] == _MAGIC), None)
-    if order is None:
+def _header(data, path):
+    """(byte order, version, compression, partial flags, regions): the header checked;
+    regions: name -> (offset, length) of the name table and each module with data, each
+    inside the file, after the header and apart from the others."""
+    if not data.startswith(b"3."):
         raise HpcioError(f"{path}: not a Darshan 3 log")
+    if len(data) < _HEADER:
+        raise HpcioError(f"{path}: truncated inside its header ({len(data):,} of "
+                         f"{_HEADER:,} bytes)")
+    order = next((o for o in "<>" if struct.unpack_from(o + "q", data, 8)[0] == _MAGIC),
+                 None)
+    if order is None:
+        raise HpcioError(f"{path}: not a Darshan 3 log (bad magic number)")
     version = data[:8].rstrip(b"\0").decode("ascii", "replace")
     comp = data[16]
+    if comp not in _INFLATERS:
+        raise HpcioError(f"{path}: unknown compression {comp}")
     partial_flag = struct.unpack_from(order + "Q", data, 24)[0]
     name_off, name_len = struct.unpack_from(order + "QQ", data, 32)
-    maps = np.frombuffer(data, np.dtype(order + "u8"), 2 * _MAX_MODS, 48).reshape(-1, 2)
-    end = max(int((maps[:, 0] + maps[:, 1]).max()), name_off + name_len)
+    maps = struct.unpack_from(order + f"{2 * _MAX_MODS}Q", data, 48)
+    regions = {"name table": (name_off, name_len)}
+    for k, (off, n) in enumerate(zip(maps[::2], maps[1::2])):
+        if n:
+            regions[_MODULE_IDS[k] if k < len(_MODULE_IDS) else f"module {k}"] = (off, n)
+    end = max(off + n for off, n in regions.values())
     if len(data) < end:
         raise HpcioError(f"{path}: truncated ({len(data):,} of {end:,} bytes)")
-    if comp > 2:
-        raise HpcioError(f"{path}: unknown compression {comp}")
+    at = _HEADER + 1  # the job record comes first and is never empty
+    for name, (off, n) in sorted(regions.items(), key=lambda kv: kv[1]):
+        if off < at:
+            raise HpcioError(f"{path}: corrupt header (the {name} region at byte {off:,} "
+                             f"overlaps what comes before it)")
+        at = off + n
+    return order, version, comp, partial_flag, regions
+
+
+def read_log(path, reader=None, counters=True):
+    """Read the log at ``path`` once (see the module docstring). Raises HpcioError with one
+    line naming the file when it is missing, not a regular file, not a Darshan 3 log,
+    truncated, or corrupt: a bad header or region length, a compressed stream that fails
+    its checksum, records that fail the checks of :func:`_check_counters`. ``reader``
+    names a counter reader (``COUNTER_READERS``); by default the first available;
+    ``counters=False`` reads none (the header, names and DXT only)."""
+    try:
+        data = read_bytes(path, LIMITS["darshan"])
+    except FileNotFoundError:
+        raise HpcioError(f"{path}: no such file") from None
+    order, version, comp, partial_flag, regions = _header(data, path)
+    name_off = regions["name table"][0]
     job = _inflate(data[_HEADER:name_off], comp, f"{path}: job record")
-    if version >= "3.41":  # start and end as (sec, nsec)
+    new = version >= "3.41"  # start and end as (sec, nsec)
+    meta_at = 56 if new else 40
+    if len(job) < meta_at:
+        raise HpcioError(f"{path}: job record: corrupt ({len(job)} bytes)")
+    if new:
         _, s, sn, e, en, nprocs, jobid = struct.unpack_from(order + "7q", job, 0)
-        start, stop, meta_at = s + 1e-9 * sn, e + 1e-9 * en, 56
+        start, stop = s + 1e-9 * sn, e + 1e-9 * en
     else:
         _, s, e, nprocs, jobid = struct.unpack_from(order + "5q", job, 0)
-        start, stop, meta_at = float(s), float(e), 40
+        start, stop = float(s), float(e)
+    if not 1 <= nprocs <= MAX_RANKS:
+        raise HpcioError(f"{path}: job record: corrupt ({nprocs} processes)")
     meta = job[meta_at:meta_at + 1024].split(b"\0")[0].decode("utf-8", "replace")
     metadata = dict(kv.split("=", 1) for kv in meta.splitlines() if "=" in kv)
     exe = job[meta_at + 1024:].split(b"\0")[0].decode("utf-8", "replace").split("\n")[0]
-    names = _names(_inflate(data[name_off:name_off + name_len], comp,
-                            f"{path}: name table"), order)
-    modules = [m for m, (_, n) in zip(_MODULE_IDS, maps) if n]
+    raw = {name: _inflate(data[off:off + n], comp, f"{path}: {name} region")
+           for name, (off, n) in regions.items()}
+    names = _names(raw.pop("name table"), order, f"{path}: name table")
+    modules = list(raw)
     parts = []
     for k, mod in enumerate(_DXT):
-        off, n = (int(x) for x in maps[_MODULE_IDS.index(mod)])
-        if n:
-            parts += _dxt(_inflate(data[off:off + n], comp, f"{path}: {mod} region"),
-                          order, k)
+        if mod in raw:
+            parts += _dxt(raw[mod], order, k, nprocs, f"{path}: {mod} region")
     log = DarshanLog(
         path=os.path.abspath(path), log_version=version, lib_version=metadata.get("lib_ver"),
         nprocs=int(nprocs), jobid=int(jobid), start=start, end=stop, exe=exe.strip(),
@@ -191,11 +240,75 @@ def read_log(path, reader=None):
         partial=[m for i, m in enumerate(_MODULE_IDS) if partial_flag >> i & 1],
         names=names, dxt=np.concatenate(parts) if parts else np.empty(0, DXT_DTYPE))
     wanted = [m for m in COUNTER_MODULES if m in modules]
-    name = reader or counter_reader()
+    name = (reader or counter_reader()) if counters else None
     if wanted and name:
-        log.counters = COUNTER_READERS[name][1](path, wanted)
+        with _stderr_kept() as said:
+            try:
+                log.counters = COUNTER_READERS[name][1](path, wanted)
+            except HpcioError:
+                raise
+            except Exception as e:  # a library's own check on a log that passed ours
+                raise HpcioError(f"{path}: {name} cannot read its counters "
+                                 f"({describe(e)})") from None
+        try:
+            for mod, rec in log.counters.items():
+                _check_counters(rec, len(raw[mod]), mod, log, f"{path}: {mod} region")
+        except HpcioError as e:
+            raise HpcioError(f"{e}" + (f"; {name} said: {said[-1]}" if said else "")) \
+                from None
         log.counter_reader = name
     return log
+
+
+@contextlib.contextmanager
+def _stderr_kept():
+    """The lines a C library prints on fd 2 meanwhile (libdarshan-util prints "Error: ..."
+    and goes on), kept out of the one line the user sees: yields a list filled on exit."""
+    said = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield said
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            said += [ln.strip() for ln in tmp.read(1 << 16).decode("utf-8", "replace")
+                     .splitlines() if ln.strip()]
+
+
+# bytes of a record beyond (id, rank) and its counters (darshan-hdf5-log-format.h:
+# darshan_hdf5_dataset ends with its file's record id)
+_RECORD_EXTRA = {"H5D": 8}
+# counters that hold a record id (a hash), not a count: any 64-bit value
+_ID_COUNTERS = ("_RENAMED_FROM",)
+
+
+def _check_counters(rec, nbytes, mod, log, what):
+    """A module's records against its region and the log: as many records as the region
+    holds, ranks of this job (-1: shared), names in the name table, counts and times
+    finite and >= -1 (Darshan's "not monitored")."""
+    size = 16 + 8 * len(rec.names) + _RECORD_EXTRA.get(mod, 0)
+    if len(rec) * size != nbytes:
+        raise HpcioError(f"{what}: corrupt ({nbytes:,} bytes are not {len(rec)} records "
+                         f"of {size} bytes)")
+    bad = (rec.rank < -1) | (rec.rank >= log.nprocs)
+    if bad.any():
+        raise HpcioError(f"{what}: corrupt (a record of rank {int(rec.rank[bad][0])} in "
+                         f"a job of {log.nprocs})")
+    unnamed = [i for i in rec.id.tolist() if i not in log.names]
+    if unnamed:
+        raise HpcioError(f"{what}: corrupt (record id {unnamed[0]} is not in its name "
+                         f"table)")
+    counts = [j for j, n in enumerate(rec.names) if not n.endswith(_ID_COUNTERS)]
+    v = rec.values[:, counts]
+    bad = ~np.isfinite(v) | (v < -1)
+    if bad.any():
+        row, col = (int(x[0]) for x in np.nonzero(bad))
+        raise HpcioError(f"{what}: corrupt ({rec.names[counts[col]]} = {float(v[row, col]):g} "
+                         f"in record {row})")
 
 
 # --- counter readers --------------------------------------------------------------------

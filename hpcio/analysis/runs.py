@@ -9,7 +9,6 @@ and reported) or ``notes`` (something this run format does not record: reported)
 """
 
 import glob
-import json
 import os
 import re
 import shlex
@@ -17,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 import numpy as np
-import yaml
 
 from ..errors import HpcioError
 from ..measure.steps import SINCE_EXCHANGE
+from . import schema
 from .darshanlog import DarshanLog, read_log
 
 __all__ = ["Run", "load_run", "expand", "load"]
@@ -84,37 +83,63 @@ class Run:
         return m if m.any() else np.ones_like(m)
 
 
-def _read(path, parse):
-    with open(path) as f:
-        return parse(f)
-
-
 def _problem(run, path, what):
     run.problems.append(f"{path}: {what}")
 
 
-def _load_steps(run):
+def _checked(run, path, kind, missing):
+    """``path`` read against its schema (:mod:`hpcio.analysis.schema`): the value, its
+    dropped fields said; None (with one line, or ``missing`` when absent) if unusable."""
+    try:
+        value, gaps = schema.load(path, kind)
+    except FileNotFoundError:
+        if missing:
+            _problem(run, path, missing)
+        return None
+    except schema.Invalid as e:
+        run.problems.append(f"{e}; {_UNUSABLE[kind]}")
+        return None
+    if gaps:
+        run.problems.append(schema.gap_line(path, gaps))
+    return value
+
+
+_UNUSABLE = {  # what is left out when a file of this kind cannot be used
+    "summary": "analysed from its rank files",
+    "rank": "this rank's counters are left out",
+    "env": "its environment is left out",
+}
+# step columns that are counts or durations: a negative one was not measured
+_NONNEGATIVE = tuple(c for c in STEP_COLUMNS if c != "t0")
+
+
+def _load_steps(run, present):
     """Every rank's step arrays as (ranks, steps) matrices, cut to the shortest rank."""
+    absent = [r for r in range(run.ranks) if r not in present]
+    if absent:
+        _problem(run, os.path.join(run.path, f"rank-{absent[0]}.npz") if len(absent) == 1
+                 else f"{run.path}: rank-R.npz of ranks {schema.spans(absent)}",
+                 "missing; this run's step tables are left out")
+        return {}
     cols, lengths = {c: [] for c in STEP_COLUMNS}, []
+    required = [c for c in STEP_COLUMNS if c not in SINCE_EXCHANGE]
+    optional = [c for c in STEP_COLUMNS if c in SINCE_EXCHANGE]
     for r in range(run.ranks):
         p = os.path.join(run.path, f"rank-{r}.npz")
         try:
-            with np.load(p) as z:
-                missing = [c for c in STEP_COLUMNS
-                           if c not in z.files and c not in SINCE_EXCHANGE]
-                if missing:
-                    _problem(run, p, f"older step format without {', '.join(missing)}; "
-                                     f"this run's step tables are left out")
-                    return {}
-                # runs from before the exchange stepped independently: theirs were 0
-                arrays = {c: z[c] if c in z.files else np.zeros(len(z["step"]))
-                          for c in STEP_COLUMNS}
+            z = schema.load_columns(p, required, optional, _NONNEGATIVE)
         except FileNotFoundError:
             _problem(run, p, "missing; this run's step tables are left out")
             return {}
-        except (OSError, ValueError, EOFError) as e:
-            _problem(run, p, f"unreadable ({e}); this run's step tables are left out")
+        except schema.MissingColumns as e:
+            _problem(run, p, f"older step format without {', '.join(e.columns)}; "
+                             f"this run's step tables are left out")
             return {}
+        except schema.Invalid as e:
+            run.problems.append(f"{e}; this run's step tables are left out")
+            return {}
+        # runs from before the exchange stepped independently: theirs were 0
+        arrays = {c: z[c] if c in z else np.zeros(len(z["step"])) for c in STEP_COLUMNS}
         for c in STEP_COLUMNS:
             cols[c].append(arrays[c])
         lengths.append(len(arrays["step"]))
@@ -198,39 +223,42 @@ def _load_logs(run):
 
 def load_run(path, repeat=0):
     """A run directory read back (see the module docstring); raises HpcioError only when
-    ``path`` is not a run directory at all."""
+    ``path`` is not a run directory at all or its config.yaml cannot be used."""
     path = os.path.abspath(path)
     cfg = os.path.join(path, "config.yaml")
     try:
-        config = _read(cfg, yaml.safe_load) or {}
+        config, gaps = schema.load(cfg, "config")
     except FileNotFoundError:
         raise HpcioError(f"{path}: not a run directory (no config.yaml)") from None
-    except (OSError, yaml.YAMLError) as e:
-        raise HpcioError(f"{cfg}: unreadable ({str(e).splitlines()[0]})") from None
     run = Run(path, config, {}, None, [], {}, repeat=repeat)
-    try:
-        run.env = _read(os.path.join(path, "env.json"), json.load)
-    except (OSError, ValueError) as e:
-        run.notes.append(f"env.json: {getattr(e, 'strerror', None) or e}")
-    try:
-        run.summary = _read(os.path.join(path, "summary.json"), json.load)
-    except (OSError, ValueError):
-        _problem(run, os.path.join(path, "summary.json"),
-                 "missing or unreadable: the run did not finish (killed or cut short); "
-                 "analysed from its rank files")
+    if gaps:
+        run.problems.append(schema.gap_line(cfg, gaps))
+    env = os.path.join(path, "env.json")
+    run.env = _checked(run, env, "env", None) or {}
+    if not os.path.lexists(env):
+        run.notes.append("env.json: No such file or directory")
+    run.summary = _checked(run, os.path.join(path, "summary.json"), "summary",
+                           "missing or unreadable: the run did not finish (killed or cut "
+                           "short); analysed from its rank files")
     if run.summary and run.summary.get("cut_short"):
         _problem(run, path, f"cut short (signal {run.summary.get('signal')}) after "
                             f"{(run.summary.get('metrics') or {}).get('steps_per_rank')} of "
                             f"{run.summary.get('steps_per_epoch')} steps per epoch; its "
                             f"figures cover the steps it ran")
+    present = schema.rank_files(path, run.ranks)
+    absent = [r for r in range(run.ranks) if r not in present["json"]]
+    if len(absent) > 1:
+        _problem(run, f"{path}: rank-R.json of ranks {schema.spans(absent)}",
+                 "missing; their counters are left out")
     for r in range(run.ranks):
         p = os.path.join(path, f"rank-{r}.json")
-        try:
-            run.rank_info.append(_read(p, json.load))
-        except (OSError, ValueError):
+        if r not in present["json"]:
             run.rank_info.append(None)
-            _problem(run, p, "missing or unreadable; this rank's counters are left out")
-    run.steps = _load_steps(run)
+            if len(absent) == 1:
+                _problem(run, p, "missing; this rank's counters are left out")
+            continue
+        run.rank_info.append(_checked(run, p, "rank", None))
+    run.steps = _load_steps(run, present["npz"])
     if run.rank_info and any(i and "origin_unix" not in i for i in run.rank_info):
         run.notes.append("older format: no origin_unix in rank-R.json, so steps cannot "
                          "be aligned with Darshan's traces")
@@ -238,14 +266,17 @@ def load_run(path, repeat=0):
     return run
 
 
-def _sweep_runs(sweep, notes):
-    doc = _read(os.path.join(sweep, SWEEP), json.load)
+def _sweep_runs(sweep, notes, problems):
+    path = os.path.join(sweep, SWEEP)
+    doc, gaps = schema.load(path, "sweep")
+    if gaps:
+        problems.append(schema.gap_line(path, gaps) + " (those runs are not analysed)")
     out = []
-    for r in doc.get("runs", []):
-        point = r.get("point", {})
+    for r in doc["runs"]:
+        point = r["point"]
         what = (f"{point.get('reader')} n={point.get('ranks')} repeat {r.get('repeat')}")
-        if r.get("status") != "done":
-            notes.append(f"{sweep}: {what} {r.get('status')}"
+        if r["status"] != "done":
+            notes.append(f"{sweep}: {what} {r['status']}"
                          + (f": {r['error']}" if r.get("error") else ""))
             continue
         d = r.get("run_dir") or ""
@@ -263,9 +294,9 @@ def expand(paths):
         p = os.path.abspath(p)
         if os.path.isfile(os.path.join(p, SWEEP)):
             try:
-                runs += _sweep_runs(p, notes)
-            except (OSError, ValueError) as e:
-                problems.append(f"{os.path.join(p, SWEEP)}: unreadable ({e}); left out")
+                runs += _sweep_runs(p, notes, problems)
+            except (FileNotFoundError, schema.Invalid) as e:
+                problems.append(f"{e}; this sweep is left out")
         elif os.path.isfile(os.path.join(p, "config.yaml")):
             runs.append((p, _repeat_of(p)))
         elif os.path.isdir(p):

@@ -399,7 +399,10 @@ OS_COUNTERS = {
 
 
 def _counter(epochs, get):
-    """Sum of one counter over epochs, or None when an epoch lacks it."""
+    """Sum of one counter over epochs, or None when an epoch lacks it (or none is left:
+    a rank-R.json whose epochs were unusable)."""
+    if not epochs:
+        return None
     try:
         return sum(float(get(e["counters"])) for e in epochs)
     except (KeyError, TypeError):
@@ -412,8 +415,8 @@ def table_c(runs, figures):
     for run in runs:
         f = figures.get(run.path) or {}
         infos = [i for i in run.rank_info if i]
-        records = sum(float((i.get("summary") or {}).get("all", {}).get("records", 0))
-                      for i in infos) or f.get("records", 0.0)
+        own = [((i.get("summary") or {}).get("all") or {}).get("records") for i in infos]
+        records = (sum(own) if own and None not in own else 0) or f.get("records", 0.0)
         row = {"run": run.name, "reader": run.reader, "ranks": run.ranks}
         lacking = []
         for key, (label, get, scale) in OS_COUNTERS.items():
