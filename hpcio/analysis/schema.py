@@ -259,7 +259,8 @@ SUMMARY = Obj({
     "metrics": Opt(Obj({"steps_per_rank": Opt(Int())})),
 })
 RANK = Obj({
-    "partial": Bool, "origin_unix": Num(0),
+    "partial": Bool, "origin_unix": Num(0), "mpi_init_unix": Opt(Num(0)),
+    "clock": Opt(Obj({"offset_s": Num(), "rtt_s": Num(0)})),
     "epochs": List(Obj({"counters": (Each(Each(Counter())), True)})),
     "summary": Opt(Obj({"all": (Obj({"records": (Int(), True)}), True)})),
 })
