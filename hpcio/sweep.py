@@ -339,14 +339,21 @@ def _load(path):
         return None
     except (OSError, ValueError) as e:
         raise HpcioError(f"{path}: unreadable sweep record ({e}); move it away to start over")
+    why = None
     try:
-        if not isinstance(doc["settings"], dict):
-            raise TypeError("settings")
+        if not isinstance(doc["settings"], dict) or not isinstance(doc["runs"], list):
+            raise TypeError
         for r in doc["runs"]:
-            Point(**r["point"]), int(r["repeat"]), int(r["attempts"]), str(r["status"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise HpcioError(f"{path}: not a sweep record hpcio wrote (bad or missing {e}); "
-                         f"move it away to start over") from None
+            Point(**r["point"]), int(r["repeat"]), int(r["attempts"])
+            if r["status"] not in STATUSES:
+                raise ValueError
+    except KeyError as e:
+        why = f"no {e} field"
+    except (TypeError, ValueError):
+        why = "a field of the wrong type"
+    if why:
+        raise HpcioError(f"{path}: not a sweep record hpcio wrote ({why}); move it away to "
+                         f"start over")
     return doc
 
 
@@ -499,7 +506,11 @@ def main(argv=None):
             print(" ".join(shlex.quote(w) for w in _command(
                 s, p, os.path.join(out, "runs", f"{p.name}-r{rep}"))))
         return 0
-    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+    try:
+        os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+    except OSError as e:
+        raise HpcioError(f"--out {out}: cannot make the sweep directory "
+                         f"({e.strerror}: {e.filename})") from None
     lock = _lock(out)
     try:
         return _sweep(s, out, todo, cores, bool(over))

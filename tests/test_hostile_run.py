@@ -290,3 +290,32 @@ def test_a_bad_spec_is_one_line_and_no_directory(tmp_path):
     p = run_py(SWEEP + ["--data", tmp_path, "--reader", "naive,x", "--dry-run"], timeout=60)
     assert p.returncode == 2 and p.stderr.startswith(
         "hpcio.sweep: error: --reader 'naive,x': unknown reader(s) x;"), p.stderr
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("record, says", [
+    ("[]", "not a sweep record hpcio wrote (a field of the wrong type)"),
+    ('{"settings": {}, "runs": [{"point": 3}]}',
+     "not a sweep record hpcio wrote (a field of the wrong type)"),
+    ('{"settings": {}}', "not a sweep record hpcio wrote (no 'runs' field)"),
+    ("{", "unreadable sweep record"),
+])
+def test_a_sweep_record_not_ours_is_one_line_and_kept(tmp_path, record, says):
+    out = tmp_path / "sweep"
+    out.mkdir()
+    (out / "sweep.json").write_text(record)
+    p = run_py(SWEEP + ["--data", tmp_path, "--out", out], timeout=60)
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
+    assert p.stderr.startswith(f"hpcio.sweep: error: {out}/sweep.json: {says}"), p.stderr
+    assert (out / "sweep.json").read_text() == record
+
+
+@pytest.mark.hostile
+def test_an_out_that_is_a_file_is_one_line(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("mine")
+    p = run_py(SWEEP + ["--data", tmp_path, "--out", f], timeout=60)
+    assert p.returncode == 2 and p.stderr.splitlines() == [
+        f"hpcio.sweep: error: --out {f}: cannot make the sweep directory (Not a directory: "
+        f"{f}/runs)"], p.stderr
+    assert f.read_text() == "mine"
