@@ -61,7 +61,7 @@ def load_config(path):
         raise HpcioError(f"config {path} is not valid YAML: {e}".splitlines()[0], everywhere=True)
     if not isinstance(data, dict):
         raise HpcioError(f"config {path} must be a mapping of option: value", everywhere=True)
-    return {k.replace("-", "_"): v for k, v in data.items()}
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
 # ---- argument types: a bad value is argparse's one-line error naming the option -------------

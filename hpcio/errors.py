@@ -8,6 +8,9 @@ that died):
   ``<cmd>: error: <what>`` (``error (rank R)`` when only that rank saw it); when every
   rank raised it, the ranks meet, finalize MPI and exit 2 instead of aborting, so the
   launcher adds no abort banner to the one line;
+* Ctrl-C (KeyboardInterrupt), or a signal :func:`interrupt_on` turned into
+  :class:`Interrupted`, prints ``<cmd>: interrupted`` and exits 128 + the signal's number,
+  as a shell reports it;
 * anything else prints ``<cmd>: rank R: <what failed> (<Type>)`` and writes the traceback
   to ``error-rank-R.txt`` in the run's directory (:func:`report_to`; a temporary file
   before there is one), or to stderr with ``HPCIO_DEBUG=1``.
@@ -16,12 +19,14 @@ that died):
 import errno
 import faulthandler
 import os
+import signal
 import sys
 import tempfile
 import time
 import traceback
 
-__all__ = ["HpcioError", "guard", "abort", "report_to", "describe", "program", "size_message"]
+__all__ = ["HpcioError", "Interrupted", "guard", "abort", "report_to", "describe", "program",
+           "size_message", "interrupt_on"]
 
 _report_dir = None
 _prog = "hpcio"  # the running command's name, as its error lines begin
@@ -38,6 +43,26 @@ class HpcioError(Exception):
     def __init__(self, message, everywhere=False):
         super().__init__(message)
         self.everywhere = everywhere
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal that ends the command where it stands, as Ctrl-C does (see
+    :func:`interrupt_on`); ``signum`` gives the exit code."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def interrupt_on(signals=(signal.SIGTERM,)):
+    """From now on ``signals`` raise :class:`Interrupted` in the main thread, so that
+    :func:`guard` ends the command with one line and 128 + the signal (Python's default for
+    SIGTERM is to die at once with no line). For a phase with nothing to flush: a command
+    that has something installs its own handler over this one."""
+    def handle(signum, frame):
+        raise Interrupted(signum)
+    for s in signals:
+        signal.signal(s, handle)
 
 
 def report_to(path):
@@ -85,6 +110,14 @@ def _world():
     return comm.Get_rank(), comm.Get_size(), comm
 
 
+def _launched_rank():
+    """This process's rank as its launcher set it (before MPI starts), else 0."""
+    for var in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
 def _end(code, comm, size):
     sys.stdout.flush()
     sys.stderr.flush()
@@ -112,12 +145,14 @@ def _finish_together(code, comm):
     os._exit(code)
 
 
-def abort(message, code):
+def abort(message, code, mpi=True):
     """Print ``message`` (one line) and end the whole job now. Safe from any thread (a
     watchdog), while the main thread is blocked in MPI (mpi4py asks for
-    MPI_THREAD_MULTIPLE)."""
+    MPI_THREAD_MULTIPLE). ``mpi=False``: end this process only, without MPI_Abort (for a
+    process inside MPI_Finalize, where an abort may hang too; the launcher then ends the
+    other ranks, as for any rank that exits non-zero)."""
     print(message, file=sys.stderr, flush=True)
-    rank, size, comm = _world()
+    rank, size, comm = _world() if mpi else (0, 1, None)
     _end(code, comm, size)
 
 
@@ -164,11 +199,18 @@ def guard(main, prog="hpcio"):
             sys.stdout.flush()
             _finish_together(2, comm)
         _end(2, comm, size)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         rank, size, comm = _world()
-        if rank == 0:
-            print(f"{prog}: interrupted", file=sys.stderr, flush=True)
-        _end(130, comm, size)
+        signum = getattr(e, "signum", signal.SIGINT)
+        first = rank == 0 and _launched_rank() == 0
+        if not first and signum != signal.SIGINT:
+            # a signal to the whole job reaches every rank: rank 0 speaks and aborts
+            # first, so the job prints one line; one sent to this rank alone is said here
+            time.sleep(1.0)
+        if first or signum != signal.SIGINT:  # Ctrl-C reaches every rank alike
+            by = f" by {signal.Signals(signum).name}" if signum != signal.SIGINT else ""
+            print(f"{prog}: interrupted{by}", file=sys.stderr, flush=True)
+        _end(128 + signum, comm, size)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if code:

@@ -14,7 +14,7 @@ import numpy as np
 from .errors import HpcioError
 
 __all__ = ["launcher", "rank_size", "on_root", "raise_everywhere", "node_comm", "bcast_array",
-           "idle_barrier"]
+           "idle_barrier", "finalize"]
 
 
 def launcher():
@@ -84,3 +84,51 @@ def idle_barrier(comm, poll_s=0.002):
     req = comm.Ibarrier()
     while not req.Test():
         time.sleep(poll_s)
+
+
+def _loaded_mpi_libraries():
+    """Paths of the MPI libraries this process has mapped (``libmpi*.so*``)."""
+    found = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1] if len(line.split()) >= 6 else ""
+                name = os.path.basename(path)
+                if name.startswith("libmpi") and ".so" in name and path not in found:
+                    found.append(path)
+    except OSError:
+        pass
+    return found
+
+
+def _c_finalize():
+    """``MPI_Finalize`` as a ctypes function, or None. The global scope first: a Darshan
+    preload wraps MPI_Finalize there to write its log; then the MPI library mpi4py loaded
+    (mpi4py opens it without RTLD_GLOBAL)."""
+    import ctypes
+    for lib in (None, *_loaded_mpi_libraries()):
+        try:
+            fn = ctypes.CDLL(lib).MPI_Finalize
+        except (OSError, AttributeError):
+            continue
+        fn.restype, fn.argtypes = ctypes.c_int, []
+        return fn
+    return None
+
+
+def finalize():
+    """``MPI_Finalize`` with the GIL released, so that a watchdog thread can still end a
+    finalize that hangs (a rank stopped after its last write holds the others there for
+    ever): mpi4py's ``MPI.Finalize`` keeps the GIL for the whole call, a ctypes call
+    releases it. mpi4py's own when no library exports the symbol. Nothing when MPI is not
+    running."""
+    from mpi4py import MPI
+    if not MPI.Is_initialized() or MPI.Is_finalized():
+        return
+    fn = _c_finalize()
+    if fn is None:
+        MPI.Finalize()
+        return
+    rc = fn()
+    if rc != 0:
+        raise RuntimeError(f"MPI_Finalize failed (MPI error {rc})")

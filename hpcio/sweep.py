@@ -9,9 +9,15 @@ Every point is its own job (``--launcher``, default the ``mpiexec`` beside this 
 ``'srun --mpi=pmi2'`` inside an allocation), with a cold cache unless the train options say
 otherwise. Repeats are interleaved (every point once, then again), so a slow minute of a
 shared machine hits all points alike. ``sweep.json`` in the sweep directory lists every
-run with its point, run directory, status and, for a failed run, its error line; it is
-rewritten atomically after each run. Rerunning the same command resumes: runs already
-done are skipped, failed ones are tried again in a new run directory.
+run with its point, run directory, status (``done``; ``cut_short``: a signal stopped it
+after it wrote what it measured; ``interrupted``: ended before it wrote a summary;
+``failed``; ``running``, ``pending``) and why, with earlier attempts in its ``history``,
+so it names every run directory there is; it is rewritten atomically before each run
+starts and after it ends. Rerunning the same command resumes: runs done are skipped, every
+other one runs again in a fresh run directory. One sweep at a time writes into a sweep
+directory (``sweep.lock``, flock: released when the sweep ends, however it ends); a second
+is refused in one line. SIGINT or SIGTERM to the sweep goes to the run in progress, which
+stops and writes what it measured; the sweep records it and exits 128 + the signal.
 
 Options after ``--`` (or any option this command does not know) go to every
 ``hpcio.train`` job. A spec file holds the same keys as the options (``ranks``,
@@ -19,23 +25,33 @@ Options after ``--`` (or any option this command does not know) go to every
 and ``train`` (a mapping or list of train options); flags given here override it.
 """
 
+import ctypes
+import fcntl
 import itertools
 import json
 import os
 import shlex
+import signal
+import socket
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 
 from .cli import ArgumentParser, load_config
-from .errors import HpcioError, guard
+from .errors import HpcioError, guard, interrupt_on
 from .fsutil import atomic_json
 from .mpiutil import launcher
 
-__all__ = ["Point", "points", "build_parser", "main"]
+__all__ = ["Point", "points", "outcome", "build_parser", "main", "STATUSES"]
 
 SWEEP = "sweep.json"
+LOCK = "sweep.lock"
+# a run's status in sweep.json: only "done" is skipped on resume
+STATUSES = ("pending", "running", "done", "cut_short", "interrupted", "failed")
+# what an earlier attempt keeps in its point's "history"
+HISTORY = ("run_dir", "status", "error", "signal", "returncode", "seconds", "started")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass(frozen=True)
@@ -59,19 +75,120 @@ def points(data, readers, ranks, reader_options=("",)):
             itertools.product(data, reader_options or ("",), readers, ranks)]
 
 
+class _Bad(ValueError):
+    """A value of the wrong type or range; the caller names where it came from."""
+
+
 def _ints(text):
     try:
         out = [int(v) for v in str(text).split(",") if v.strip()]
     except ValueError:
-        raise HpcioError(f"--ranks {text!r}: expected a comma-separated list of integers",
-                         everywhere=True)
+        raise _Bad("expected a comma-separated list of integers")
     if not out or min(out) < 1:
-        raise HpcioError(f"--ranks {text!r}: every rank count must be >= 1", everywhere=True)
+        raise _Bad("every rank count must be >= 1")
     return out
 
 
 def _words(text):
     return [v.strip() for v in str(text).split(",") if v.strip()]
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _strings(v, split=False):
+    """A string (comma-separated with ``split``) or a list of strings -> a list."""
+    if isinstance(v, str):
+        return _words(v) if split else [v]
+    if isinstance(v, list) and v and all(isinstance(x, str) for x in v):
+        return [w for x in v for w in (_words(x) if split else [x])]
+    raise _Bad("expected a string or a list of strings")
+
+
+def _check_ranks(v):
+    if _is_int(v) or isinstance(v, str):
+        return _ints(v)
+    if isinstance(v, list) and v and all(_is_int(x) for x in v):
+        return _ints(",".join(map(str, v)))
+    raise _Bad("expected a comma-separated list of integers")
+
+
+def _check_data(v):
+    out = _strings(v)
+    if not all(x.strip() for x in out):
+        raise _Bad("expected dataset directories, not empty names")
+    return out
+
+
+def _check_readers(v):
+    from .readers import READERS
+    out = _strings(v, split=True)
+    bad = [r for r in out if r not in READERS]
+    if bad or not out:
+        raise _Bad(f"unknown reader(s) {', '.join(bad) or '(none)'}; choose from "
+                   f"{', '.join(READERS)}")
+    return out
+
+
+def _check_reader_options(v):
+    out = _strings(v)
+    bad = [o for o in out if o and "=" not in o]
+    if bad:
+        raise _Bad(f"expected KEY=VALUE, got {bad[0]!r}")
+    return out or [""]
+
+
+def _check_repeat(v):
+    if not _is_int(v):
+        raise _Bad("expected an integer")
+    if v < 1:
+        raise _Bad("must be at least 1")
+    return v
+
+
+def _check_text(v):
+    if not isinstance(v, str) or not v.strip():
+        raise _Bad("expected a non-empty string")
+    return v
+
+
+SCALARS = (str, int, float, bool, type(None))
+
+
+def _check_train(v):
+    """``train:`` as command-line words: a mapping of option: value (a scalar or a list
+    of scalars), a list of words, or one string."""
+    if isinstance(v, str):
+        return shlex.split(v)
+    if isinstance(v, list) and all(isinstance(x, SCALARS) and x is not None for x in v):
+        return [str(x) for x in v]
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if isinstance(x, list) and all(isinstance(y, SCALARS) for y in x) or \
+                    isinstance(x, SCALARS):
+                continue
+            raise _Bad(f"{k}: expected a value or a list of values, got {x!r}")
+        return [w for k, x in v.items() for w in _flag(k, x)]
+    raise _Bad("expected a mapping of option: value, a list of words or a string")
+
+
+# spec key -> check: turns a value (from the spec, or a flag's string) into the setting,
+# or says in _Bad what is wrong with it
+CHECKS = {"data": _check_data, "reader": _check_readers, "ranks": _check_ranks,
+          "reader_option": _check_reader_options, "repeat": _check_repeat,
+          "launcher": _check_text, "darshan": _check_text, "out": _check_text,
+          "train": _check_train}
+
+
+def _checked(key, value, spec_path=None):
+    """``value`` through ``CHECKS[key]``; a bad one is one line naming the key (the flag,
+    or the spec file and key)."""
+    try:
+        return CHECKS[key](value)
+    except _Bad as e:
+        where = f"spec {spec_path}: {key}" if spec_path else "--" + key.replace("_", "-")
+        raise HpcioError(f"{where} {value!r}: {e}", everywhere=True) from None
 
 
 def build_parser():
@@ -95,7 +212,8 @@ def build_parser():
 
 
 def _settings(argv):
-    """The sweep's settings: spec file, then flags; unknown options go to hpcio.train."""
+    """The sweep's settings: spec file, then flags; unknown options go to hpcio.train.
+    Every value is checked, and a bad one named in one line."""
     if "--" in argv:
         k = argv.index("--")
         argv, extra = argv[:k], argv[k + 1:]
@@ -103,40 +221,27 @@ def _settings(argv):
         extra = []
     a, unknown = build_parser().parse_known_args(argv)
     spec = load_config(a.spec) if a.spec else {}
-    known = {"ranks", "reader", "data", "reader_option", "repeat", "launcher", "darshan",
-             "out", "train"}
-    bad = sorted(set(spec) - known)
+    bad = sorted(set(spec) - set(CHECKS))
     if bad:
         raise HpcioError(f"spec {a.spec}: unknown key(s): {', '.join(bad)}", everywhere=True)
 
     def pick(name, default=None):
-        v = getattr(a, name)
-        return v if v is not None else spec.get(name, default)
+        flag = getattr(a, name, None)
+        if flag is not None:
+            return _checked(name, flag)
+        if spec.get(name) is not None:
+            return _checked(name, spec[name], a.spec)
+        return default
 
-    train = spec.get("train") or []
-    if isinstance(train, dict):
-        train = [x for k, v in train.items() for x in _flag(k, v)]
-    elif isinstance(train, str):
-        train = shlex.split(train)
     data = pick("data")
-    if isinstance(data, str):
-        data = [data]
     if not data:
         raise HpcioError("--data DIR... is required (or data: in the spec)", everywhere=True)
-    ranks = _ints(",".join(map(str, pick("ranks")))) if isinstance(pick("ranks"), list) \
-        else _ints(pick("ranks", "1"))
-    readers = pick("reader", "naive,coordinated")
-    readers = readers if isinstance(readers, list) else _words(readers)
-    ropts = pick("reader_option", [""]) or [""]
-    ropts = [ropts] if isinstance(ropts, str) else list(ropts)
-    repeat = int(pick("repeat", 1))
-    if repeat < 1:
-        raise HpcioError("--repeat must be at least 1", everywhere=True)
-    return {"data": [os.path.abspath(d) for d in data], "ranks": ranks, "readers": readers,
-            "reader_options": ropts, "repeat": repeat,
+    return {"data": [os.path.abspath(d) for d in data], "ranks": pick("ranks", [1]),
+            "readers": pick("reader", ["naive", "coordinated"]),
+            "reader_options": pick("reader_option", [""]), "repeat": pick("repeat", 1),
             "launcher": pick("launcher") or launcher(), "darshan": pick("darshan"),
             "out": pick("out") or os.path.join("runs", time.strftime("sweep-%Y%m%d-%H%M%S")),
-            "train": [str(x) for x in train] + unknown + extra, "dry_run": a.dry_run}
+            "train": (pick("train") or []) + unknown + extra, "dry_run": a.dry_run}
 
 
 def _flag(key, value):
@@ -182,24 +287,206 @@ def _last_error(stderr):
     return tail[-1] if tail else "failed with no message"
 
 
-def _figures(run_dir):
+def _summary(run_dir):
+    """The run's summary.json, or None."""
     try:
         with open(os.path.join(run_dir, "summary.json")) as f:
-            m = json.load(f).get("metrics") or {}
+            doc = json.load(f)
     except (OSError, ValueError):
-        return {}
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _figures(summary):
+    m = (summary or {}).get("metrics") or {}
     return {k: m.get(k) for k in ("au_percent", "stall_percent", "straggler_wait_percent",
                                   "samples_per_s", "mib_per_s")}
+
+
+def _signalled(returncode):
+    """The signal a run's exit code says ended it (128 + n, as hpcio.train and shells
+    report it; -n from a launcher a signal ended), or None."""
+    n = returncode - 128 if returncode > 128 else -returncode
+    try:
+        return signal.Signals(n) if n > 0 else None
+    except ValueError:
+        return None
+
+
+def outcome(returncode, run_dir, stderr):
+    """(status, details) of a finished run: ``done`` only for exit 0 with a complete
+    summary; ``cut_short`` for a run a signal stopped after writing what it measured;
+    ``interrupted`` for one a signal ended before it wrote a summary; ``failed`` else."""
+    summary = _summary(run_dir)
+    cut = bool(summary and summary.get("cut_short"))
+    if returncode == 0 and summary is not None and not cut:
+        return "done", {"figures": _figures(summary)}
+    sig = _signalled(returncode)
+    if cut or (sig is not None and summary is not None):
+        name = (summary or {}).get("signal_name") or (sig.name if sig else None)
+        return "cut_short", {"signal": name, "error": _last_error(stderr),
+                             "figures": _figures(summary)}
+    if sig is not None:
+        return "interrupted", {"signal": sig.name, "error": _last_error(stderr)}
+    return "failed", {"error": _last_error(stderr)}
 
 
 def _load(path):
     try:
         with open(path) as f:
-            return json.load(f)
+            doc = json.load(f)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as e:
         raise HpcioError(f"{path}: unreadable sweep record ({e}); move it away to start over")
+    why = None
+    try:
+        if not isinstance(doc["settings"], dict) or not isinstance(doc["runs"], list):
+            raise TypeError
+        for r in doc["runs"]:
+            Point(**r["point"]), int(r["repeat"]), int(r["attempts"])
+            if r["status"] not in STATUSES:
+                raise ValueError
+    except KeyError as e:
+        why = f"no {e} field"
+    except (TypeError, ValueError):
+        why = "a field of the wrong type"
+    if why:
+        raise HpcioError(f"{path}: not a sweep record hpcio wrote ({why}); move it away to "
+                         f"start over")
+    return doc
+
+
+def _lock(out):
+    """Hold ``out/sweep.lock`` (flock, exclusive) until this process ends: a second sweep
+    into ``out`` is refused in one line. The kernel releases it when the holder dies, even
+    by SIGKILL, so no stale lock outlives a sweep; the file stays (removing it would race
+    with a sweep opening it). Its descriptor is not inherited by the runs, which do not
+    hold the lock after the sweep is gone. Returns the descriptor, or None where the file
+    system has no locks (said in one line)."""
+    path = os.path.join(out, LOCK)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise HpcioError(f"{out}: another sweep is running into it ({holder}); wait for it "
+                         f"to end or choose another --out") from None
+    except OSError as e:
+        os.close(fd)
+        print(f"hpcio.sweep: warning: {path}: cannot lock ({e.strerror}): make sure no other "
+              f"sweep writes into {out}", file=sys.stderr, flush=True)
+        return None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+    return fd
+
+
+def _recorded_dirs(doc):
+    """Every run directory the record lists, the current attempts' and earlier ones'."""
+    return {d for r in doc["runs"] for d in [r.get("run_dir")] +
+            [h.get("run_dir") for h in r.get("history", [])] if d}
+
+
+def _fresh_run_dir(out, r, name, recorded):
+    """The directory of this attempt: ``name``, ``name-aN`` from the attempt number on,
+    the first one not on disk (hpcio.train refuses an existing --out). One on disk that
+    the record does not list (a sweep killed before it said so) goes into the history,
+    so the record names every run directory there is."""
+    k = r["attempts"]
+    while True:
+        d = os.path.join(out, "runs", name + (f"-a{k}" if k > 1 else ""))
+        if not os.path.lexists(d):
+            return d
+        if d not in recorded:
+            r.setdefault("history", []).append(
+                {"run_dir": d, "status": "interrupted",
+                 "error": "found on disk, not in the record: a sweep ended while it ran"})
+            recorded.add(d)
+        k += 1
+
+
+class _Forward:
+    """While a run is going, SIGINT and SIGTERM to the sweep are passed to its launcher
+    (mpiexec forwards them to the ranks, which stop at the same step and write what they
+    measured); the sweep then records the run, and stops. Runs start in a session of their
+    own, so a Ctrl-C at the terminal reaches them once, through here."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum, self.child = None, None
+        self._old = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+        if self.child is not None and self.child.poll() is None:
+            try:
+                self.child.send_signal(signum)
+            except ProcessLookupError:
+                pass
+
+    def restore(self):
+        for s, h in self._old.items():
+            signal.signal(s, h)
+
+
+def _parent_death_signal():
+    """A function for ``preexec_fn``: the run gets SIGTERM if the sweep dies (SIGKILL
+    included), so it stops and writes what it measured instead of running on unrecorded.
+    None where there is no prctl (not Linux)."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm():
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the sweep died before the line above
+            os.kill(os.getpid(), signal.SIGTERM)
+    return arm
+
+
+def _run(cmd, forward):
+    """Run one job, signals forwarded; returns (returncode, stderr)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=_parent_death_signal())
+    forward.child = proc
+    try:
+        if forward.signum is not None:  # it came while the job was starting
+            proc.send_signal(forward.signum)
+        _, err = proc.communicate()
+    finally:
+        forward.child = None
+    return proc.returncode, err
+
+
+def _line(r):
+    """What a finished run measured, or why it did not, for its progress line."""
+    f = r.get("figures") or {}
+    if r["status"] == "done":
+        return (f"AU {f['au_percent']:.1f}%  stall {f['stall_percent']:.1f}%  straggler "
+                f"wait {f.get('straggler_wait_percent') or 0.0:.1f}%"
+                if f.get("au_percent") is not None else "no step measured")
+    return f"{r['status'].upper().replace('_', ' ')}: {r.get('error')}"
+
+
+def _totals(doc, path, stopped):
+    runs = doc["runs"]
+    count = {st: sum(r["status"] == st for r in runs) for st in STATUSES}
+    text = (f"hpcio.sweep: {count['done']} of {len(runs)} runs done, {count['failed']} "
+            f"failed")
+    for st in ("cut_short", "interrupted"):
+        if count[st]:
+            text += f", {count[st]} {st.replace('_', ' ')}"
+    left = count["pending"] + count["running"]
+    if stopped:
+        text += (f", {left} not run: stopped by {signal.Signals(stopped).name} (the same "
+                 f"command resumes)")
+    return text + f"; {path}"
 
 
 def main(argv=None):
@@ -219,7 +506,22 @@ def main(argv=None):
             print(" ".join(shlex.quote(w) for w in _command(
                 s, p, os.path.join(out, "runs", f"{p.name}-r{rep}"))))
         return 0
-    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+    try:
+        os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+    except OSError as e:
+        raise HpcioError(f"--out {out}: cannot make the sweep directory "
+                         f"({e.strerror}: {e.filename})") from None
+    lock = _lock(out)
+    try:
+        return _sweep(s, out, todo, cores, bool(over))
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def _sweep(s, out, todo, cores, over):
+    """Run every point not done yet, recording each attempt before it starts and after it
+    ends (sweep.json, atomically). Returns the exit code."""
     path = os.path.join(out, SWEEP)
     record = _load(path)
     settings = {k: v for k, v in s.items() if k not in ("out", "dry_run")}
@@ -229,49 +531,59 @@ def main(argv=None):
     runs = {(r["point"]["data"], r["point"]["reader"], r["point"]["ranks"],
              r["point"]["reader_option"], r["repeat"]): r
             for r in (record or {}).get("runs", [])}
-    doc = {"settings": settings, "cores": cores,
-           "oversubscribed": bool(over), "runs": []}
+    doc = {"settings": settings, "cores": cores, "oversubscribed": over, "runs": []}
     for rep, p in todo:
         key = (p.data, p.reader, p.ranks, p.reader_option, rep)
         doc["runs"].append(runs.get(key) or {"point": asdict(p), "repeat": rep,
                                              "status": "pending", "attempts": 0})
+    for r in doc["runs"]:
+        if r["status"] == "running":  # the sweep that ran it ended first (SIGKILL)
+            r.update(status="interrupted",
+                     error="the sweep ended while it ran; its results are as it left them")
     atomic_json(path, doc)
     done = sum(r["status"] == "done" for r in doc["runs"])
     if done:
         print(f"hpcio.sweep: resuming {out}: {done} of {len(todo)} runs done", flush=True)
-    for k, r in enumerate(doc["runs"]):
-        if r["status"] == "done":
-            continue
-        p = Point(**r["point"])
-        r["attempts"] += 1
-        name = f"{p.name}-r{r['repeat']}" + (f"-a{r['attempts']}" if r["attempts"] > 1
-                                             else "")
-        run_dir = os.path.join(out, "runs", name)
-        cmd = _command(s, p, run_dir)
-        t = time.monotonic()
-        proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                              text=True)
-        r.update(run_dir=run_dir, seconds=round(time.monotonic() - t, 2),
-                 command=" ".join(shlex.quote(w) for w in cmd), returncode=proc.returncode)
-        if proc.returncode == 0 and os.path.exists(os.path.join(run_dir, "summary.json")):
-            r["status"], r["figures"] = "done", _figures(run_dir)
-            r.pop("error", None)
-            f = r["figures"]
-            fig = (f"AU {f['au_percent']:.1f}%  stall {f['stall_percent']:.1f}%  straggler "
-                   f"wait {f.get('straggler_wait_percent') or 0.0:.1f}%"
-                   if f.get("au_percent") is not None else "no step measured")
-        else:
-            r["status"], r["error"] = "failed", _last_error(proc.stderr)
-            fig = f"FAILED: {r['error']}"
-        atomic_json(path, doc)
-        print(f"[{k + 1}/{len(todo)}] {p.reader} n={p.ranks} "
-              f"{os.path.basename(p.data)}{' ' + p.reader_option if p.reader_option else ''}"
-              f" repeat {r['repeat']}: {fig} ({r['seconds']:.1f} s)", flush=True)
-    failed = sum(r["status"] == "failed" for r in doc["runs"])
-    print(f"hpcio.sweep: {len(todo) - failed} of {len(todo)} runs done, {failed} failed; "
-          f"{path}", flush=True)
-    return 1 if failed else 0
+    recorded = _recorded_dirs(doc)
+    forward = _Forward()
+    try:
+        for k, r in enumerate(doc["runs"]):
+            if forward.signum is not None:
+                break
+            if r["status"] == "done":
+                continue
+            p = Point(**r["point"])
+            if r.get("run_dir"):  # an earlier attempt: kept on disk and in the record
+                r.setdefault("history", []).append(
+                    {x: r.pop(x) for x in HISTORY if x in r})
+            r["attempts"] += 1
+            for x in ("error", "figures", "signal"):
+                r.pop(x, None)
+            run_dir = _fresh_run_dir(out, r, f"{p.name}-r{r['repeat']}", recorded)
+            cmd = _command(s, p, run_dir)
+            r.update(status="running", run_dir=run_dir,
+                     command=" ".join(shlex.quote(w) for w in cmd),
+                     started=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+            recorded.add(run_dir)
+            atomic_json(path, doc)  # before the run makes its directory
+            t = time.monotonic()
+            rc, err = _run(cmd, forward)
+            status, details = outcome(rc, run_dir, err)
+            r.update(status=status, seconds=round(time.monotonic() - t, 2), returncode=rc,
+                     **details)
+            atomic_json(path, doc)
+            print(f"[{k + 1}/{len(todo)}] {p.reader} n={p.ranks} "
+                  f"{os.path.basename(p.data)}"
+                  f"{' ' + p.reader_option if p.reader_option else ''} repeat "
+                  f"{r['repeat']}: {_line(r)} ({r['seconds']:.1f} s)", flush=True)
+    finally:
+        forward.restore()
+    print(_totals(doc, path, forward.signum), flush=True)
+    if forward.signum is not None:
+        return 128 + forward.signum
+    return 0 if all(r["status"] == "done" for r in doc["runs"]) else 1
 
 
 if __name__ == "__main__":
+    interrupt_on()  # SIGTERM before the runs start: one line, 143
     sys.exit(guard(main, prog="hpcio.sweep"))

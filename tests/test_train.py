@@ -347,11 +347,13 @@ def test_exception_on_rank1_ends_the_job(tmp_path, data):
 
 
 @pytest.mark.mpi
+@pytest.mark.hostile
 @pytest.mark.parametrize("target", ["mpiexec", "one-rank", "ctrl-c"])
 def test_signal_flushes_results_cut_short(tmp_path, data, target):
     """SIGTERM to the launcher or to one rank, or Ctrl-C (SIGINT to the terminal's whole
-    process group; mpiexec forwards it): every rank stops at the same step and writes
-    everything."""
+    process group; mpiexec forwards it): every rank stops at the same step, writes
+    everything with cut_short and the signal, and exits 128 + the signal, as a shell
+    reports it: a job script or a sweep must not take it for a complete run."""
     ds = data("packed")
     out = tmp_path / "run"
     with Job(2, ["--data", ds.root, "--model", "emulate", "--compute-time", "0.01",
@@ -366,17 +368,22 @@ def test_signal_flushes_results_cut_short(tmp_path, data, target):
         else:
             os.killpg(job.p.pid, signal.SIGINT)
         rc = job.finish(timeout=30)
-    assert rc == 0, f"{rc}\n{job.stdout}\n{job.stderr}"
-    s = check_run(out, 2, None, None, 4, cut_short=True)
     want = signal.SIGINT if target == "ctrl-c" else signal.SIGTERM
-    assert s["signal"] == want and s["signalled_ranks"]
+    assert rc == 128 + want, f"{rc}\n{job.stdout}\n{job.stderr}"
+    s = check_run(out, 2, None, None, 4, cut_short=True)
+    assert s["signal"] == want and s["signal_name"] == want.name and s["signalled_ranks"]
+    assert error_lines(job.stderr) == [
+        f"hpcio.train: cut short by {want.name} after {s['epochs_run']} of 1000 epoch(s); "
+        f"what it measured is in {out} (exit {128 + want})"], job.stderr
     assert s["epochs_run"] < 1000
     steps = [len(np.load(out / f"rank-{r}.npz")["wall"]) for r in range(2)]
     assert steps[0] == steps[1] > 0  # both stopped at the same step
     assert "CUT SHORT" in job.stdout
     for r in range(2):
         with open(out / f"rank-{r}.json") as f:
-            assert json.load(f)["partial"] is False
+            rj = json.load(f)
+        assert rj["partial"] is False and rj["cut_short"] is True
+        assert rj["signal"] in (want, None)  # the ranks the signal reached say it
 
 
 def _one_error(p):

@@ -30,7 +30,8 @@ def build_parser():
         epilog="Results: a run directory with config.yaml, env.json, rank-<r>.npz/json, "
                "summary.json and summary.txt (see hpcio/measure/results.py and "
                "hpcio/measure/steps.py for definitions). SIGTERM or Ctrl-C stops every "
-               "rank at the same step and writes everything (cut_short); 'python -m "
+               "rank at the same step, writes everything (cut_short) and exits 128 + the "
+               "signal (143, 130); 'python -m "
                "hpcio.results summarize RUNDIR' summarises a run that did not finish.")
     p.add_argument("--config", metavar="FILE.yaml",
                    help="options as a YAML mapping (option names as keys); command-line "

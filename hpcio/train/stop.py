@@ -19,9 +19,26 @@ import numpy as np
 
 from ..errors import abort
 
-__all__ = ["StopFlag", "StopVote", "Watchdog", "STALL_EXIT"]
+__all__ = ["StopFlag", "StopVote", "Watchdog", "STALL_EXIT", "signal_exit", "signal_name"]
 
 STALL_EXIT = 3  # exit code of a job the watchdog ended
+
+
+def signal_exit(signum):
+    """The exit code of a run cut short by ``signum``: 128 + the signal number, as a shell
+    reports a command a signal ended (SIGINT 130, SIGTERM 143), so a job script, Slurm's
+    accounting and a sweep can tell a cut-short run from a complete one; 0 without one."""
+    return 128 + int(signum) if signum else 0
+
+
+def signal_name(signum):
+    """``SIGTERM`` for 15; None for None."""
+    if not signum:
+        return None
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 class StopFlag:
@@ -123,7 +140,11 @@ class Watchdog(threading.Thread):
     naming the rank and what it waits for, and aborts the MPI job
     (exit :data:`STALL_EXIT`). A wake-up far later than asked means this process itself
     was stopped (SIGSTOP, a suspended job): the clock restarts instead of blaming the
-    wait. ``timeout`` 0: never started, the stores cost nothing."""
+    wait. ``timeout`` 0: never started, the stores cost nothing.
+
+    It stays on through ``MPI_Finalize`` (:func:`hpcio.mpiutil.finalize` releases the GIL
+    there): :meth:`finalizing` says so, and a finalize that hangs (a rank stopped after its
+    last write) ends this process with the line, without an MPI abort."""
 
     def __init__(self, timeout, rank, prog, waiting="the run's set-up"):
         super().__init__(name="hpcio-watchdog", daemon=True)
@@ -131,12 +152,18 @@ class Watchdog(threading.Thread):
         self.rank, self.prog = rank, prog
         self.waiting = waiting
         self.beat = 0
+        self.in_finalize = False
         self._halt = threading.Event()
 
     def mark(self, waiting):
         """Progress: the caller is about to wait for ``waiting`` (words for the line)."""
         self.waiting = waiting
         self.beat += 1
+
+    def finalizing(self):
+        """Progress: the caller is about to enter ``MPI_Finalize``."""
+        self.in_finalize = True
+        self.mark("MPI_Finalize (every rank ends together)")
 
     def start(self):
         if self.timeout > 0:
@@ -153,7 +180,7 @@ class Watchdog(threading.Thread):
             elif now - since >= self.timeout:
                 abort(f"{self.prog}: rank {self.rank}: no progress for {self.timeout:g} s, "
                       f"waiting for {self.waiting}; ending the job (--stall-timeout)",
-                      STALL_EXIT)
+                      STALL_EXIT, mpi=not self.in_finalize)
             prev = now
 
     def stop(self):

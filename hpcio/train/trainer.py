@@ -17,12 +17,19 @@ background thread, and once more when it fails; SIGTERM and Ctrl-C stop every ra
 same step; a watchdog (:class:`~hpcio.train.stop.Watchdog`) ends the job with one line when
 a rank makes no progress for ``--stall-timeout`` seconds.
 
+A run cut short by a signal exits with 128 + the signal's number on every rank (SIGTERM
+143, Ctrl-C 130, as a shell reports it), after writing everything with ``cut_short`` and
+the signal; a complete run exits 0. The watchdog stays on through ``MPI_Finalize``.
+
 Test hook: ``HPCIO_FAULT=<rank>:<step>`` raises an exception on that rank at the start of
 that (0-based, counted over the whole run) step, to check that a failure on one rank ends
-the whole job. It is read only by this command and has no other effect.
+the whole job; ``HPCIO_FAULT=<rank>:finalize`` stops that rank (SIGSTOP) after its results
+are written, just before ``MPI_Finalize``, as a rank stopped at the end of a job. It is read
+only by this command and has no other effect.
 """
 
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -40,7 +47,7 @@ from ..measure.results import (Flusher, RunDir, capture_env, check_space, defaul
                                results_bytes)
 from ..measure.sampler import Sampler
 from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
-from ..mpiutil import on_root
+from ..mpiutil import finalize, on_root
 from ..plan import make_plan
 from ..progress import Progress
 from ..readers import READERS, check_dataset, make_reader
@@ -51,7 +58,7 @@ from .exchange import NoExchange, check_fits, exchange_size, make_exchange
 from .models import make_model
 from .options import parse_args, reader_options
 from .pipeline import Pipeline
-from .stop import StopFlag, StopVote, Watchdog
+from .stop import StopFlag, StopVote, Watchdog, signal_exit, signal_name
 
 __all__ = ["main", "setup", "train", "write_results", "Run", "Step", "torch_threads"]
 
@@ -111,16 +118,20 @@ class EmulatedStep:
         return None
 
 
+FAULT_FINALIZE = "finalize"
+
+
 def _fault():
-    """(rank, step) of the HPCIO_FAULT test hook, or None."""
+    """(rank, step or "finalize") of the HPCIO_FAULT test hook, or None."""
     v = os.environ.get("HPCIO_FAULT")
     if not v:
         return None
     try:
         r, s = v.split(":")
-        return int(r), int(s)
+        return int(r), (s if s == FAULT_FINALIZE else int(s))
     except ValueError:
-        raise HpcioError(f"HPCIO_FAULT={v!r}: expected <rank>:<step>", everywhere=True)
+        raise HpcioError(f"HPCIO_FAULT={v!r}: expected <rank>:<step> or <rank>:finalize",
+                         everywhere=True)
 
 
 def _input_shape(args, ds, spec):
@@ -533,13 +544,16 @@ def _write_rank(run, t, partial):
         "checkpoints": list(t.checkpoints),
         "reader_stats": _jsonable(dict(stats, **totals)),
         "reader_reopened_each_epoch": run.reopen, "summary": rsum,
+        "cut_short": bool(t.cut), "signal": t.stop.signum,
+        "signal_name": signal_name(t.stop.signum),
         "samples": t.sampler.as_dict()}, compact=partial)
     return rsum
 
 
 def write_results(run, t):
     """Every rank its own files, then one gather of small summaries; rank 0 writes the
-    summary and prints the table."""
+    summary and prints the table. Returns the exit code, the same on every rank: 0, or
+    128 + the signal that cut the run short (the first signalled rank's)."""
     world, wd = run.world, run.watchdog
     wd.mark(WAIT_WRITE)
     rsum = _write_rank(run, t, partial=False)
@@ -555,11 +569,25 @@ def write_results(run, t):
         verify = run.reader_options["verify"]
         if verify == "records" and run.ds.index.crc is None:
             verify = "size"  # an index without CRCs
-        _write_summary(run.out, run.args, world, gathered, t.cut, t.stop,
-                       run.steps_per_epoch, t.t_train, _now() - run.t_begin, t.epochs,
-                       run.exchange_info, verify)
-    wd.stop()
+        signum = _write_summary(run.out, run.args, world, gathered, t.cut, t.stop,
+                                run.steps_per_epoch, t.t_train, _now() - run.t_begin,
+                                t.epochs, run.exchange_info, verify)
+    else:
+        signum = None
+    wd.mark(WAIT_SUMMARY)
+    signum = world.comm.bcast(signum, root=0) if world.size > 1 else signum
     t.stop.restore()
+    return signal_exit(signum) if t.cut else 0
+
+
+def _finalize(run):
+    """MPI_Finalize under the watchdog: a rank stopped after its last write must not hold
+    the others there for ever."""
+    if run.fault == (run.world.rank, FAULT_FINALIZE):
+        os.kill(os.getpid(), signal.SIGSTOP)
+    run.watchdog.finalizing()
+    finalize()
+    run.watchdog.stop()
 
 
 def main(argv=None):
@@ -568,8 +596,9 @@ def main(argv=None):
         darshan.reexec_traced(args.darshan, darshan.shared_config(
             darshan.dataset_files(args.data)), dxt=args.darshan_dxt)
     run = setup(args)
-    write_results(run, train(run))
-    return 0
+    code = write_results(run, train(run))
+    _finalize(run)
+    return code
 
 
 def _record_cache(run, cache):
@@ -594,6 +623,7 @@ def _checkpoint(ckpt_dir, model, optimizer, epoch, step, gstep):
 def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_train,
                    t_total, epochs, exchange, verify):
     per_rank = [g[0] for g in gathered]
+    signum = next((g[4] for g in gathered if g[4]), None)
     ckpts = [c for g in gathered for c in g[1]]
     # node-wide disk counters: count one rank per node (local rank 0)
     disk = sum(g[2] for g in gathered if g[3] == 0)
@@ -604,7 +634,8 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
     summary = {
         "cut_short": bool(cut),
         "verify": verify,
-        "signal": next((g[4] for g in gathered if g[4]), None),
+        "signal": signum,
+        "signal_name": signal_name(signum),
         "signalled_ranks": [r for r, g in enumerate(gathered) if g[4]],
         "reader": args.reader, "model": args.model, "ranks": world.size,
         "nodes": world.nodes, "batch": args.batch, "epochs_requested": args.epochs,
@@ -629,7 +660,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
              f"cache {args.cache}, batch {args.batch}, {len(epochs)} of {args.epochs} "
              f"epoch(s) x {steps_per_epoch} steps, verify {verify}"
              + ("  [UNVERIFIED: bytes delivered not checked]" if verify == "off" else "")
-             + ("  [CUT SHORT by signal]" if cut else ""))
+             + (f"  [CUT SHORT by {signal_name(signum) or 'signal'}]" if cut else ""))
     if figures is None:
         text = title + "\n  no step completed"
     else:
@@ -648,3 +679,8 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
     run.json("summary.json", summary)
     run.text("summary.txt", text)
     print(text, end="", flush=True)
+    if cut:  # on stderr, where a sweep reads why a run ended
+        print(f"hpcio.train: cut short by {signal_name(signum) or 'a signal'} after "
+              f"{len(epochs)} of {args.epochs} epoch(s); what it measured is in {run.path} "
+              f"(exit {signal_exit(signum) or 0})", file=sys.stderr, flush=True)
+    return signum
