@@ -50,7 +50,7 @@ LOCK = "sweep.lock"
 # a run's status in sweep.json: only "done" is skipped on resume
 STATUSES = ("pending", "running", "done", "cut_short", "interrupted", "failed")
 # what an earlier attempt keeps in its point's "history"
-HISTORY = ("run_dir", "status", "error", "signal", "returncode", "seconds", "started")
+HISTORY = ("run_dir", "status", "error", "signal", "stderr", "returncode", "seconds", "started")
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
@@ -279,12 +279,30 @@ def _command(s, point, run_dir):
     return words + s["train"]
 
 
+# the line that says why, by kind: hpcio's own, then MPI's fatal error (an abort inside
+# MPI_Init is followed by the launcher's lines about killing the others)
+WHY = (lambda ln: ln.startswith("hpcio."), lambda ln: "Fatal error" in ln)
+
+
 def _last_error(stderr):
-    lines = [ln for ln in stderr.splitlines() if ln.startswith("hpcio.")]
-    if lines:
-        return lines[0]
-    tail = [ln for ln in stderr.strip().splitlines() if ln.strip()]
-    return tail[-1] if tail else "failed with no message"
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    for kind in WHY:
+        first = next((ln for ln in lines if kind(ln)), None)
+        if first:
+            return first
+    return lines[-1] if lines else "failed with no message"
+
+
+def _keep_stderr(out, run_dir, stderr):
+    """A run that did not finish: its stderr in full, as logs/<run>.stderr of the sweep's
+    own directory (the run's may not exist). Returns the path, or None."""
+    if not stderr.strip():
+        return None
+    path = os.path.join(out, "logs", os.path.basename(run_dir) + ".stderr")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(stderr)
+    return path
 
 
 def _summary(run_dir):
@@ -557,7 +575,7 @@ def _sweep(s, out, todo, cores, over):
                 r.setdefault("history", []).append(
                     {x: r.pop(x) for x in HISTORY if x in r})
             r["attempts"] += 1
-            for x in ("error", "figures", "signal"):
+            for x in ("error", "figures", "signal", "stderr"):
                 r.pop(x, None)
             run_dir = _fresh_run_dir(out, r, f"{p.name}-r{r['repeat']}", recorded)
             cmd = _command(s, p, run_dir)
@@ -569,6 +587,8 @@ def _sweep(s, out, todo, cores, over):
             t = time.monotonic()
             rc, err = _run(cmd, forward)
             status, details = outcome(rc, run_dir, err)
+            if status != "done":
+                details["stderr"] = _keep_stderr(out, run_dir, err)
             r.update(status=status, seconds=round(time.monotonic() - t, 2), returncode=rc,
                      **details)
             atomic_json(path, doc)

@@ -2,6 +2,7 @@
 record that says what ran and what failed, and resuming."""
 
 import json
+import os
 
 import pytest
 
@@ -40,6 +41,9 @@ def test_sweep_runs_records_and_resumes(tmp_path):
         if r["point"]["ranks"] == 7:
             assert r["status"] == "failed" and "larger than the 6 records per rank" in \
                 r["error"]
+            with open(r["stderr"]) as f:  # kept whole, in the sweep's own logs/
+                assert r["error"] in f.read()
+            assert os.path.dirname(r["stderr"]) == str(out / "logs")
         else:
             assert r["status"] == "done" and 0 < r["figures"]["au_percent"] <= 100
             with open(f"{r['run_dir']}/summary.json") as f:
