@@ -453,6 +453,10 @@ def test_sweep_at_1_2_3_ranks(tmp_path):
         m = doc["models"][reader]
         assert m["fitted"] and m["ranks"] == [1, 2, 3]
         assert m["loo"]["P"] == 3 and np.isfinite(m["loo"]["error_s"])
+        # synchronous steps (the preset's model's exchange): the split at the largest P
+        assert m["straggler_s"] > 0 and m["own_wait_s"] >= 0
+    with open(out / "report.md") as f:
+        assert f.read().count("waiting in the exchange for the slowest rank") == 2
     assert doc["tables"]["table-b"] == []
     assert sum("not traced with Darshan" in n for n in doc["notes"]) == 6
     c = doc["tables"]["table-c"]

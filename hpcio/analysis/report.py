@@ -106,6 +106,9 @@ def _models(scaled, figures, storage_mibs):
         m = scaling([(r.ranks, f["stall_max_s"]) for r, f in zip(rs, fs)], x, limits,
                     _limits([r for r in on if r.ranks < top], figures, storage_mibs),
                     compute, rest, bounded=bool(storage_mibs))
+        at_top = [f for r, f in zip(rs, fs) if r.ranks == top]
+        m.update(own_wait_s=float(np.median([f["stall_mean_s"] for f in at_top])),
+                 straggler_s=float(np.median([f["straggler_s"] for f in at_top])))
         m.update(reader=reader, dataset=ds, storage=st, b1=limits[0], bagg=limits[1],
                  limits="given (--storage-mibs)" if storage_mibs else
                  "the most these runs delivered: lower bounds, not the storage's measured "
@@ -414,6 +417,13 @@ def _model_text(name, m):
             + (f"from P = {at}." if at else "at no P up to 2^20.")
             + ("" if m["cycle_s"] else " The storage's limit is unknown (no --storage-mibs):"
                " the predictions assume it keeps up."))
+    if m.get("straggler_s"):  # synchronous steps: what the slowest rank costs the others
+        text += (f" Measured at P={m['max_P']} (synchronous steps): each rank's own wait "
+                 f"{1000 * m['own_wait_s']:.2f} ms per step (mean over ranks), then "
+                 f"{1000 * m['straggler_s']:.2f} ms waiting in the exchange for the slowest "
+                 f"rank; the synchronisation term fits "
+                 f"{1000 * m['terms_at_max_P']['synchronisation']:.2f} ms of the max-rank "
+                 f"stall.")
     loo = m.get("loo")
     if loo:
         text += (f" Check (leave-one-out): fitted on P = {', '.join(map(str, loo['fitted_on']))}"
