@@ -59,6 +59,8 @@ class NaiveReader(Reader):
         self.check = None if files_are_records(dataset) else \
             FileCheck(dataset, live=self.verify != "off")
         self.mapped = bool(getattr(fmt, "MAPPED", False))  # check before reads, not after
+        self._ring = BufferRing(2)
+        self._meter = ThreadIO()
         self._watch = None
         if self.mapped:  # a SIGBUS in the map becomes a line naming the shard
             self._watch = MapWatch(zip(dataset.paths, dataset.index.file_bytes.tolist()),
@@ -75,8 +77,6 @@ class NaiveReader(Reader):
                              f"{dataset.format} dataset has none", everywhere=True)
         self.access = access
         self.stats.extra["access"] = access
-        self._ring = BufferRing(2)
-        self._meter = ThreadIO()
 
     def batches(self, plan):
         """Yield this rank's batches of ``plan``: one ``native.get`` per record."""
