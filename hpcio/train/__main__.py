@@ -1,12 +1,30 @@
 """``python -m hpcio.train``: see :mod:`hpcio.train.trainer`."""
 
+import os
 import signal
 import sys
 
 from ..errors import guard, interrupt_on
 
 
+def _starts_mpi_now(argv):
+    """MPI starts before torch's import when nothing else must come first: not for
+    ``--help``, nor before Darshan's re-exec (``--darshan``, or a ``--config`` that may
+    name it), which must happen before MPI starts."""
+    words = set(a.split("=", 1)[0] for a in argv)
+    if words & {"-h", "--help"}:
+        return False
+    return not (words & {"--darshan", "--config"}) or bool(os.environ.get(
+        "HPCIO_DARSHAN_EXEC"))
+
+
 def _main():
+    if _starts_mpi_now(sys.argv[1:]):
+        # MPI_Init on a small, quiet heap: the launcher's key-value exchange then carries
+        # short values (Slurm's pmi2 plugin misreads long PMI-1 lines now and then, and
+        # MPICH's packed UCX addresses grow with the garbage of a big heap)
+        from ..measure.clock import mpi_started
+        mpi_started()
     from .trainer import main  # torch: seconds, under the handlers below
     return main()
 
