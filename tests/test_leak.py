@@ -33,8 +33,8 @@ PATHS = [
     ("emulate", "off", "coordinated", "cold"),
     ("emulate", "on", "naive", "cold"),
     ("emulate", "on", "coordinated", "warm"),
-    pytest.param("lenet", "on", "naive", "cold", marks=pytest.mark.slow),
-    pytest.param("lenet", "on", "coordinated", "warm", marks=pytest.mark.slow),
+    ("lenet", "on", "naive", "cold"),
+    ("lenet", "on", "coordinated", "warm"),
 ]
 
 
