@@ -75,7 +75,7 @@ class NaiveReader(Reader):
                              f"{dataset.format} dataset has none", everywhere=True)
         self.access = access
         self.stats.extra["access"] = access
-        self._ring = BufferRing(2)
+        self._ring = BufferRing(2, slack=1.25)  # batches vary in size: few regrowths
         self._meter = ThreadIO()
 
     def batches(self, plan):
