@@ -83,3 +83,16 @@ def test_a_ring_made_again_reuses_the_buffers_of_the_last():
     assert all(x.ctypes.data % 4096 == 0 for x in second)
     again.clear()
     POOL.clear()
+
+
+def test_a_ring_frees_what_it_outgrows():
+    """Batches of growing size leave no outgrown buffer resident in the pool: it would
+    stay there to the end of the run."""
+    POOL.clear()
+    ring = BufferRing(2, slack=1.25)
+    for n in (10_000, 20_000, 40_000, 80_000):
+        ring.take(0, n)
+    assert POOL._free == []
+    ring.clear()
+    assert [len(b) for b in POOL._free] == [100_000]
+    POOL.clear()

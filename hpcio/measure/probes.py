@@ -162,12 +162,14 @@ def rusage():
 
 
 def rss_bytes():
-    """This process's resident memory now."""
+    """This process's resident memory now (``/proc/self/statm``: resident pages, anonymous
+    and file-backed, mapped data files' cached pages included); None where it cannot be
+    read (not Linux), never a made-up 0."""
     try:
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
-        return 0
+        return None
 
 
 def mem_available():

@@ -11,6 +11,9 @@ the complete new one; with the user's umask)::
                     Lustre striping, cache mode, readahead
     rank-<r>.npz    rank r's per-step arrays (hpcio.measure.steps.STEP_FIELDS)
     rank-<r>.json   rank r's counters per epoch, checkpoints, sampler samples, summary;
+                    each epoch's ``rss_bytes`` is the rank's resident memory
+                    (:func:`hpcio.measure.probes.rss_bytes`) at the epoch's end, its
+                    loader stopped: flat over epochs unless state outlives its epoch;
                     ``partial: true`` while the run is under way: both rank files are
                     rewritten at every epoch end and every ``--flush-interval`` seconds,
                     so a crash, SIGKILL or a lost node loses at most that much

@@ -323,7 +323,10 @@ POOL = BufferPool()
 class BufferRing:
     """``slots`` page-aligned buffers used in turn and grown on demand (by ``slack``),
     taken from and given back to :data:`POOL`: the data of a batch in slot ``k`` stays
-    valid until slot ``k`` is taken again."""
+    valid until slot ``k`` is taken again. A buffer a slot outgrows is freed, not
+    pooled: the ring asks for more from then on, and pooled it stayed resident to the
+    end (with batches of varying size, up to the pool's ``keep`` outgrown buffers per
+    rank, a batch's bytes each)."""
 
     def __init__(self, slots, slack=1.0, least=1):
         self.bufs = [None] * int(slots)
@@ -338,7 +341,7 @@ class BufferRing:
     def take(self, k, nbytes):
         buf = self.bufs[k]
         if buf is None or len(buf) < nbytes:
-            POOL.put(buf)
+            self.bufs[k] = buf = None  # freed once the batches viewing it are gone
             want = max(int(nbytes * self.slack), self.least)
             buf = self.bufs[k] = POOL.get(want)
         return buf

@@ -31,8 +31,12 @@ class IOThread:
 
     def __init__(self, read, advise, slots):
         self.slots = slots
-        self.free, self.jobs = queue.Queue(), queue.Queue()
-        for k in range(slots):
+        # the slot freed last is read into first: its buffer is resident and large
+        # enough already, and a slot never needed at once with the others is never
+        # grown (first in, first out touched a new slot each epoch until all were: a
+        # ring's worth of RSS growth that looked like a per-epoch leak)
+        self.free, self.jobs = queue.LifoQueue(), queue.Queue()
+        for k in reversed(range(slots)):
             self.free.put(k)
         self.thread = threading.Thread(target=self._run, args=(read, advise),
                                        name="hpcio-io", daemon=True)

@@ -156,7 +156,7 @@ class MemoryReader(Reader):
                 sys.getsizeof(self.records)
         self.stats.extra["hold"] = hold
         self.stats.extra["held_bytes"] = held
-        self._ring = BufferRing(2)
+        self._ring = BufferRing(2, slack=1.25)  # batches vary in size: few regrowths
 
     def _gather(self, ids, lengths, buf):
         return gather(self.mem, self._start[ids], lengths, buf)

@@ -59,7 +59,7 @@ class NaiveReader(Reader):
         self.check = None if files_are_records(dataset) else \
             FileCheck(dataset, live=self.verify != "off")
         self.mapped = bool(getattr(fmt, "MAPPED", False))  # check before reads, not after
-        self._ring = BufferRing(2)
+        self._ring = BufferRing(2, slack=1.25)  # batches vary in size: few regrowths
         self._meter = ThreadIO()
         self._watch = None
         if self.mapped:  # a SIGBUS in the map becomes a line naming the shard

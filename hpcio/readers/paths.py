@@ -93,8 +93,8 @@ class _Path:
 
     def stage(self, slot, nbytes):
         buf = self._stage[slot]
-        if buf is None or len(buf) < nbytes:
-            POOL.put(buf)
+        if buf is None or len(buf) < nbytes:  # an outgrown buffer is freed (BufferRing)
+            self._stage[slot] = None
             buf = self._stage[slot] = POOL.get(max(int(nbytes * 1.25), 4096))
         return buf
 

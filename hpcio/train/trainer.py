@@ -42,7 +42,7 @@ from ..cache import cache_state, describe, warm_nodes_line
 from ..data.dataset import NO_CRC, open_dataset
 from ..errors import HpcioError, report_to
 from ..measure import darshan
-from ..measure.probes import counters, delta, os_view
+from ..measure.probes import counters, delta, os_view, rss_bytes
 from ..measure.results import (Flusher, RunDir, capture_env, check_space, default_name,
                                results_bytes)
 from ..measure.sampler import Sampler
@@ -429,7 +429,7 @@ def train(run):
                 t.read_totals[k] = t.read_totals.get(k, 0) + v
             t.epochs.append({"epoch": epoch, "steps": done, "setup_s": t_start - ts,
                              "elapsed_s": t_end - t_start, "cache": _jsonable(cache),
-                             "counters": d})
+                             "counters": d, "rss_bytes": rss_bytes()})
             t.flusher.kick()
             if t.cut:
                 break
