@@ -20,7 +20,7 @@ import os
 import sys
 
 from .analysis.runs import SWEEP, load
-from .cli import ArgumentParser, ExamplesFormatter
+from .cli import ArgumentParser, ExamplesFormatter, number
 from .errors import HpcioError, guard
 
 __all__ = ["build_parser", "main", "refuse_out", "REPORT_MARKER"]
@@ -42,7 +42,8 @@ def build_parser():
     p.add_argument("--allow-mixed", action="store_true",
                    help="put runs of several datasets (or storages) in the scaling part, "
                         "each its own series")
-    p.add_argument("--storage-mibs", type=float, default=None, metavar="MIB_S",
+    p.add_argument("--storage-mibs", type=number(0.0, 1e9, above=True), default=None,
+                   metavar="MIB_S",
                    help="the storage's aggregate bandwidth as measured (e.g. "
                         "benchmarks/bench_pfs.py): drawn as the limit in bandwidth.png and "
                         "bounding the model's predictions (default: no limit drawn; the "

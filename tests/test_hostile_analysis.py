@@ -629,3 +629,13 @@ def test_summarize_flags_a_nan_rank_instead_of_averaging_it(tmp_path):
     assert s["ranks_summarized"] == [0] and s["complete"] is False
     assert s["metrics"]["records"] == int(_npz_members(os.path.join(run, "rank-0.npz"))
                                           ["records"].sum())
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "1e308", "fast"])
+def test_storage_bandwidth_out_of_range_is_one_line(tmp_path, value):
+    p = run_py(ANALYZE + [tmp_path, "--storage-mibs", value, "-o", tmp_path / "r"],
+               timeout=60)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and "--storage-mibs" in lines[-1], p.stderr
+    assert "Traceback" not in p.stderr and not (tmp_path / "r").exists()
