@@ -265,6 +265,63 @@ def test_a_node_left_warm_says_so(up):
     assert lines and all("1 of 4 node(s): hpcio-n3 100%" in ln for ln in lines), lines
 
 
+def _kill_node(k, name="hpcio.train"):
+    """SIGKILL every ``name`` process of node ``k`` (the ones in its network namespace): the
+    node's end, as its ranks see it."""
+    state = dict(ln.rstrip("\n").split("=", 1) for ln in open(f"{STATE}/state") if "=" in ln)
+    ns = os.readlink(f"/proc/{state[f'HOLDER{k}']}/ns/net")
+    killed = 0
+    for pid in subprocess.run(["pgrep", "-f", name], capture_output=True,
+                              text=True).stdout.split():
+        try:
+            if os.readlink(f"/proc/{pid}/ns/net") == ns:
+                os.kill(int(pid), 9)
+                killed += 1
+        except OSError:
+            continue
+    return killed
+
+
+def test_a_node_that_dies_mid_run(up):
+    """Node 3's ranks killed mid-run: the job ends (no hang), a line names hpcio-n3, and
+    every other rank's steps are on disk."""
+    if not up["slurm"]:
+        pytest.skip("no slurm-wlm here")
+    ds = make_dataset(up["data"], "packed", "raw", records=4000, shards=4, seed=3)
+    out = up["tmp"] / "dies"
+    proc = subprocess.Popen(["srun", "-N", str(NODES), "-n", str(NODES * PPN), "--mpi=pmi2",
+                             "--kill-on-bad-exit=1", sys.executable, "-m", "hpcio.train",
+                             "--data", ds.root, "--model", "emulate", "--compute-time", "0.02",
+                             "--batch", "16", "--epochs", "100", "--flush-interval", "1",
+                             "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env_of(up), cwd=up["tmp"])
+    try:
+        deadline = time.monotonic() + 240
+        while not all((out / f"rank-{r}.json").exists() for r in range(NODES * PPN)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.poll()
+            time.sleep(0.5)
+        assert _kill_node(3) == PPN
+        t = time.monotonic()
+        _, err = proc.communicate(timeout=120)
+        took = time.monotonic() - t
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode != 0 and took < 60, (proc.returncode, took)
+    ours = [ln for ln in err.splitlines() if ln.startswith("hpcio.train")]
+    assert any("lost its connection to hpcio-n3" in ln for ln in ours), err
+    assert "Traceback" not in err
+    for r in range(NODES * PPN):
+        if r // PPN == 2:
+            continue
+        with open(out / f"rank-{r}.json") as f:
+            rec = json.load(f)
+        assert rec["partial"] is True and rec["steps_flushed"] > 0, (r, rec["steps_flushed"])
+    assert not subprocess.run(["pgrep", "-f", f"hpcio.train.*{out}"],
+                              capture_output=True).stdout
+
+
 def test_darshan_across_nodes(up):
     """A Darshan-traced run at 4 nodes x 2 ranks: the log has every rank, its MPI-IO bytes
     per rank are what each rank's reader read, the POSIX reads are one aggregator's per node

@@ -62,3 +62,24 @@ def test_bad_combinations_are_one_line(args, says):
 def test_registries():
     assert set(TRANSPORTS) == {"gloo", "mpi"}
     assert EXCHANGE_MODELS == (*MODELS, "none")
+
+
+# gloo's words when a peer's process or node is gone (seen at 4 nodes x 2 ranks, one node's
+# ranks killed mid-run)
+RESET = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+         "[10.254.2.13]:11663: Connection reset by peer. This is typically caused by a remote "
+         "worker hanging or bugs in the application.")
+CLOSED = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+          "Connection closed by peer [::ffff:10.254.2.14]:15077. This is typically caused by "
+          "a remote worker crashing.")
+
+
+@pytest.mark.parametrize("message, host, addr", [
+    (RESET, "hpcio-n3", "10.254.2.13"), (CLOSED, "hpcio-n4", "10.254.2.14")])
+def test_a_lost_peer_names_its_node(message, host, addr):
+    from hpcio.train.exchange import lost_peer
+    hosts = {"10.254.2.13": "hpcio-n3", "10.254.2.14": "hpcio-n4"}
+    line = lost_peer(message, hosts)
+    assert line.startswith(f"the gradient exchange lost its connection to {host} ({addr})")
+    assert "\n" not in line
+    assert lost_peer("some other failure", hosts) is None

@@ -31,6 +31,8 @@ work, and a host exchange needs no GPU per rank.
 """
 
 import math
+import re
+import socket
 import time
 
 import numpy as np
@@ -107,12 +109,16 @@ class GlooExchange(NoExchange):
         self.td = td
         self.buf = torch.zeros(math.ceil(nbytes / GRAD_BYTES), dtype=torch.float32) \
             if nbytes else None
+        self.hosts = _addresses(world)
 
     def __call__(self, arrived):
-        self.td.barrier()
-        t = _now()
-        if self.buf is not None:
-            self.td.all_reduce(self.buf)
+        try:
+            self.td.barrier()
+            t = _now()
+            if self.buf is not None:
+                self.td.all_reduce(self.buf)
+        except RuntimeError as e:  # gloo's lost peer: say which node, in one line
+            raise HpcioError(lost_peer(str(e), self.hosts) or str(e)) from None
         return t, _now()
 
     def close(self):
@@ -147,6 +153,36 @@ class MpiExchange(NoExchange):
 
 
 TRANSPORTS = {cls.name: cls for cls in (GlooExchange, MpiExchange)}
+
+_PEER = re.compile(r"(Connection (?:reset|closed) by peer|Read error|Connection refused)"
+                   r".*?\[([0-9A-Fa-f:.]+)\]:\d+|\[([0-9A-Fa-f:.]+)\]:\d+.*?"
+                   r"(Connection (?:reset|closed) by peer)")
+
+
+def _addresses(world):
+    """{address: host} of every node of the job, from the hosts' own names (one
+    allgather at set-up): a lost connection's address then names its node."""
+    names = sorted(set(world.comm.allgather(world.hostname)))
+    out = {}
+    for name in names:
+        try:
+            for addr in socket.gethostbyname_ex(name)[2]:
+                out[addr] = name
+        except OSError:
+            continue
+    return out
+
+
+def lost_peer(message, hosts):
+    """A one-line account of gloo's lost connection (which node's ranks it lost), or None
+    when ``message`` is not one."""
+    m = _PEER.search(message)
+    if not m:
+        return None
+    addr = (m.group(2) or m.group(3)).removeprefix("::ffff:")
+    host = hosts.get(addr, "an unknown host")
+    return (f"the gradient exchange lost its connection to {host} ({addr}): a rank there "
+            f"ended or its node went down; what this rank measured is flushed")
 
 
 def check_fits(nbytes, world):
