@@ -71,6 +71,8 @@ def evict(ds, comm=None, drop=False):
     lrank, lsize, node = _node(comm)
     t0 = time.perf_counter()
     n, dropped = 0, False
+    if node is not None:  # every rank of the node has let go of its maps (pages a live
+        node.Barrier()    # mapping holds stay resident whatever fadvise says)
     try:
         for p in _mine(ds.paths, lrank, lsize):
             try:

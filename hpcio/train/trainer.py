@@ -47,7 +47,7 @@ from ..measure.results import (Flusher, RunDir, capture_env, check_space, defaul
                                results_bytes)
 from ..measure.sampler import Sampler
 from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
-from ..mpiutil import finalize, on_root
+from ..mpiutil import finalize, idle_barrier, on_root
 from ..plan import make_plan
 from ..progress import Progress
 from ..readers import READERS, check_dataset, make_reader
@@ -420,6 +420,8 @@ def train(run):
             if args.cache != "cold" and epoch + 1 < args.epochs:  # the files stay as they are
                 reader.preload(plan_of(epoch + 1))
             reader.mark_cache()  # page-cache residency before and after: cache_gained_bytes
+            if world.size > 1 and reader.stats.extra.get("cache_measured"):
+                idle_barrier(world.comm)  # measured before any rank of the node reads
             before = counters(reader)
             done, t_start, t_end = _epoch(run, t, reader, plan, epoch, vote, bar)
             reader.mark_cache(end=True)
