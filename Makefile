@@ -7,6 +7,9 @@
 #   make VENV=.venv-system MPI=system test   a second venv beside .venv
 #   make horovod        build Horovod 0.28.1 (MPI, PyTorch) into $(VENV) for --dist horovod
 #                       (a C++ build of several minutes; scripts/install-horovod.sh)
+#   setup also links Debian's python3-simgrid 3.32 (apt, root) into $(VENV) for
+#                       python -m hpcio.simulate (scripts/install-simgrid.sh; without root
+#                       or apt it prints what to run, and the simulate tests skip)
 #   make TORCH_INDEX=https://download.pytorch.org/whl/cpu setup
 #                       torch from that index first: PyPI's torch for Linux is the CUDA
 #                       build (several GB); empty: whatever index pip is configured with
@@ -22,6 +25,7 @@ BIN = $(abspath $(VENV))/bin
 .PHONY: run test setup horovod clean-venv
 
 setup: $(VENV)/.installed-$(MPI)
+	@scripts/install-simgrid.sh $(BIN)/python
 
 $(VENV)/.installed-$(MPI): setup.py
 	$(PY) -m venv $(VENV)

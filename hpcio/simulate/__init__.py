@@ -1,0 +1,5 @@
+"""Prediction at scale: a SimGrid simulation of ranks reading from storage servers,
+calibrated on measured runs and validated on a held-out rank count (``python -m
+hpcio.simulate``). See :mod:`hpcio.simulate.engine` for what is simulated."""
+
+__all__ = ["platform", "workload", "engine", "calibrate"]

@@ -1,0 +1,157 @@
+"""Calibration and validation: the unknowns of the platform and the readers fitted to what
+runs measured, and every fit checked by simulating points back and a held-out rank count.
+
+Fitted: the storage's per-request latency and per-server bandwidth (shared by all readers),
+each reader's CPU cost per sample, and the naive reader's read-around window (from the
+runs' major faults per sample, replayed through the node cache: no timing needed). The
+search is a grid around the platform file's figures, evaluated in one engine run; the
+objective is the squared relative error of Table A's stall/step max-rank, with a 1 ms floor
+(a stall of 0.1 ms measured against 0.0 simulated is a hit, not an infinite miss).
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+import numpy as np
+
+from ..analysis.runs import Run
+from ..analysis.tables import run_figures
+from ..errors import HpcioError
+from .engine import Case, simulate
+from .workload import PATTERNS, NodeCache
+
+__all__ = ["Fit", "fit_window", "calibrate", "simulated_figures", "run_cases", "errors_of",
+           "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S"]
+
+FLOOR_S = 1e-3
+LATENCY_X = (0.25, 0.5, 1.0)          # x the platform file's latency
+BANDWIDTH_X = (1.0, 2.0, 4.0)          # x its bandwidth per server
+CPU_S = (0.0, 2.5e-4, 5e-4, 1e-3)      # per sample
+WINDOWS = tuple(int(2 ** (k / 2)) for k in range(32, 44))   # 64 KiB .. 2.8 MiB
+
+
+@dataclass
+class Fit:
+    platform: object
+    params: Dict[str, dict]                 # reader -> {cpu_s, window}
+    residuals: List[dict] = field(default_factory=list)
+
+
+def _steps_in_epoch(w):
+    return max(1, w.records // (w.ranks * w.batch))
+
+
+def simulated_figures(case, out):
+    """Table A's figures of a simulated case, by the very function that gives a measured
+    run's (tables.run_figures), so the two compare like for like."""
+    w, c = case.workload, out["columns"]
+    steps = np.arange(w.steps) % _steps_in_epoch(w)
+    zero = np.zeros_like(c["wall"])
+    t0 = np.cumsum(c["wall"], axis=1) - c["wall"]
+    cols = {"epoch": np.tile(np.arange(w.steps) // _steps_in_epoch(w), (w.ranks, 1)),
+            "step": np.tile(steps, (w.ranks, 1)), "t0": t0, "wall": c["wall"],
+            "fetch": c["stall"], "prep": zero, "stall_other": zero, "h2d": zero,
+            "compute": c["compute"], "straggler_wait": c["straggler"], "exchange": zero,
+            "ckpt": zero, "other": c["wall"] - c["stall"] - c["compute"] - c["straggler"],
+            "records": c["records"], "nbytes": c["nbytes"]}
+    run = Run(path=w.name, config={"ranks": w.ranks}, env={}, summary=None,
+              rank_info=[None] * w.ranks, steps=cols)
+    return run_figures(run)
+
+
+def run_cases(cases):
+    """Simulate ``cases``; their figures, with how many requests and whether aggregated."""
+    outs = simulate(cases)
+    res = []
+    for case, out in zip(cases, outs):
+        f = simulated_figures(case, out)
+        f["requests"] = out["requests"]
+        f["aggregated"] = out["aggregated"]
+        res.append(f)
+    return res
+
+
+def _rel(sim, meas):
+    return (sim - meas) / max(abs(meas), FLOOR_S)
+
+
+def errors_of(sim, meas):
+    """The errors a validation prints: stall/step max-rank (s and relative, floor 1 ms),
+    AU (points), samples/s (relative)."""
+    return {"stall_err_s": sim["stall_max_s"] - meas["stall_max_s"],
+            "stall_err_rel": _rel(sim["stall_max_s"], meas["stall_max_s"]),
+            "au_err_points": sim["au_pct"] - meas["au_pct"],
+            "samples_err_rel": (sim["samples_s"] - meas["samples_s"]) / meas["samples_s"]
+            if meas["samples_s"] else float("nan")}
+
+
+def _faults_per_sample(w, platform, window):
+    """Major faults per sample of naive ``w`` replayed through node caches (no timing:
+    ranks interleave step by step, as they run abreast)."""
+    caches = [NodeCache(platform.cache_bytes, window)
+              for _ in range(-(-w.ranks // platform.ranks_per_node))]
+    plans = [w.plan_ids(r) for r in range(w.ranks)]
+    params = {"window": window}
+    faults = 0
+    for s in range(w.steps):
+        for r in range(w.ranks):
+            cache = caches[r // platform.ranks_per_node] if platform.cache_bytes else None
+            faults += len(PATTERNS[w.reader][1](w, platform, params, plans[r][s], cache))
+    return faults / (w.ranks * w.steps * w.batch)
+
+
+def fit_window(workloads, platform):
+    """The read-around window (bytes) whose replay best gives the runs' faults per sample;
+    None when no run counted faults."""
+    counted = [w for w in workloads if w.faults_per_sample > 0]
+    if not counted:
+        return None
+    err = {win: sum(math.log(_faults_per_sample(w, platform, win) / w.faults_per_sample) ** 2
+                    for w in counted) for win in WINDOWS}
+    return min(err, key=err.get)
+
+
+def calibrate(workloads, platform):
+    """Fit latency, bandwidth, CPU per sample (per reader) and the naive window on
+    ``workloads``; a :class:`Fit` with the residual of every run."""
+    if not workloads:
+        raise HpcioError("nothing to calibrate on")
+    for w in workloads:
+        if w.ranks > platform.max_ranks:
+            raise HpcioError(f"{w.name}: {w.ranks} ranks, more than the platform's "
+                             f"{platform.nodes} nodes x {platform.ranks_per_node} hold")
+    window = {r: fit_window([w for w in workloads if w.reader == r], platform)
+              if PATTERNS[r][0] == "demand" else None for r in {w.reader for w in workloads}}
+    grid = [(lx, bx, cpu) for lx in LATENCY_X for bx in BANDWIDTH_X for cpu in CPU_S]
+    cases = []
+    for lx, bx, cpu in grid:
+        p = platform.with_storage(platform.latency_s * lx, platform.server_bps * bx)
+        for w in workloads:
+            cases.append(Case(p, w, {"cpu_s": cpu, "window": window[w.reader]}))
+    figs = run_cases(cases)
+    # squared error per (latency, bandwidth, reader, cpu)
+    score = {}
+    for case, f in zip(cases, figs):
+        w = case.workload
+        key = (case.platform.latency_s, case.platform.server_bps)
+        e = _rel(f["stall_max_s"], w.measured["stall_max_s"]) ** 2
+        score.setdefault(key, {}).setdefault(w.reader, {}).setdefault(
+            case.params["cpu_s"], 0.0)
+        score[key][w.reader][case.params["cpu_s"]] += e
+    best = min(score, key=lambda k: sum(min(v.values()) for v in score[k].values()))
+    cpu = {r: min(v, key=v.get) for r, v in score[best].items()}
+    fitted = platform.with_storage(*best)
+    params = {r: {"cpu_s": cpu[r], "window": window[r]} for r in cpu}
+    fit = Fit(fitted, params)
+    for case, f in zip(cases, figs):
+        w = case.workload
+        if (case.platform.latency_s, case.platform.server_bps) == best and \
+                case.params["cpu_s"] == cpu[w.reader]:
+            fit.residuals.append({"run": w.name, "reader": w.reader, "ranks": w.ranks,
+                                  "measured_stall_s": w.measured["stall_max_s"],
+                                  "simulated_stall_s": f["stall_max_s"],
+                                  "measured_au_percent": w.measured["au_pct"],
+                                  "simulated_au_percent": f["au_pct"],
+                                  **errors_of(f, w.measured)})
+    return fit

@@ -1,0 +1,146 @@
+"""The simulated platform: compute nodes, storage servers and the star network between them,
+read from a YAML file and checked whole before anything is simulated (one line per fault)."""
+
+import math
+import os
+from dataclasses import dataclass, replace
+
+import yaml
+
+from ..errors import HpcioError
+
+__all__ = ["Platform", "load_platform", "platform_dict", "PLACEMENTS", "NETWORKS"]
+
+PLACEMENTS = ("file", "stripe")   # whole shard file per server | round-robin stripes
+NETWORKS = ("star",)
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str
+    nodes: int
+    ranks_per_node: int
+    nic_bps: float          # bytes/s
+    nic_latency_s: float
+    servers: int
+    server_bps: float       # bytes/s per server
+    latency_s: float        # per request, at the server
+    placement: str
+    stripe_bytes: int
+    stripe_count: int
+    cache_bytes: float      # node page cache; 0 = off, inf = unlimited
+    network: str = "star"
+
+    @property
+    def max_ranks(self):
+        return self.nodes * self.ranks_per_node
+
+    def with_storage(self, latency_s, server_bps):
+        """The same platform with other storage figures (what calibration varies)."""
+        return replace(self, latency_s=float(latency_s), server_bps=float(server_bps))
+
+    def fit_ranks(self, ranks):
+        """The platform grown to hold ``ranks`` (more nodes of the same kind): a prediction
+        at scale adds nodes, never ranks per node."""
+        need = -(-int(ranks) // self.ranks_per_node)
+        return self if need <= self.nodes else replace(self, nodes=need)
+
+
+def _number(where, d, key, positive=True, allow_zero=False):
+    if key not in d:
+        raise HpcioError(f"{where}: missing key {key}")
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise HpcioError(f"{where}: {key} must be a finite number, not {v!r}")
+    if positive and (v < 0 or (v == 0 and not allow_zero)):
+        raise HpcioError(f"{where}: {key} must be {'>= 0' if allow_zero else '> 0'}, "
+                         f"not {v!r}")
+    return v
+
+
+def _integer(where, d, key):
+    v = _number(where, d, key)
+    if int(v) != v:
+        raise HpcioError(f"{where}: {key} must be a whole number, not {v!r}")
+    return int(v)
+
+
+def _section(path, d, key):
+    v = d.get(key)
+    if not isinstance(v, dict):
+        raise HpcioError(f"{path}: missing section {key}" if v is None
+                         else f"{path}: {key} must be a mapping")
+    return v
+
+
+def _cache(path, v):
+    if v in ("off", False, 0):
+        return 0.0
+    if v in ("unlimited", "inf"):
+        return math.inf
+    return _number(path, {"client_cache_mib": v}, "client_cache_mib") * 2 ** 20
+
+
+def parse_platform(d, path="platform"):
+    """A :class:`Platform` from a mapping, or HpcioError naming the first bad value."""
+    if not isinstance(d, dict):
+        raise HpcioError(f"{path}: not a mapping of compute, storage, client_cache_mib, "
+                         f"network")
+    c, s = _section(path, d, "compute"), _section(path, d, "storage")
+    placement = s.get("placement", "file")
+    if placement not in PLACEMENTS:
+        raise HpcioError(f"{path}: storage.placement must be one of {', '.join(PLACEMENTS)}, "
+                         f"not {placement!r}")
+    network = d.get("network", "star")
+    if network not in NETWORKS:
+        raise HpcioError(f"{path}: network {network!r} is not simulated yet (only "
+                         f"{', '.join(NETWORKS)})")
+    if "client_cache_mib" not in d:
+        raise HpcioError(f"{path}: missing key client_cache_mib (a size in MiB, or off)")
+    p = Platform(
+        name=str(d.get("name") or os.path.splitext(os.path.basename(path))[0]),
+        nodes=_integer(f"{path}: compute", c, "nodes"),
+        ranks_per_node=_integer(f"{path}: compute", c, "ranks_per_node"),
+        nic_bps=_number(f"{path}: compute", c, "nic_mbs") * 1e6,
+        nic_latency_s=_number(f"{path}: compute", c, "nic_latency_us", allow_zero=True) * 1e-6,
+        servers=_integer(f"{path}: storage", s, "servers"),
+        server_bps=_number(f"{path}: storage", s, "bandwidth_mbs") * 1e6,
+        latency_s=_number(f"{path}: storage", s, "latency_us", allow_zero=True) * 1e-6,
+        placement=placement,
+        stripe_bytes=_integer(f"{path}: storage", s, "stripe_kib") * 1024
+        if placement == "stripe" else int(s.get("stripe_kib", 1024)) * 1024,
+        stripe_count=_integer(f"{path}: storage", s, "stripe_count")
+        if placement == "stripe" else int(s.get("stripe_count", 1)),
+        cache_bytes=_cache(path, d["client_cache_mib"]),
+        network=network)
+    if p.placement == "stripe" and p.stripe_count > p.servers:
+        raise HpcioError(f"{path}: storage.stripe_count {p.stripe_count} is more than its "
+                         f"{p.servers} servers")
+    return p
+
+
+def load_platform(path):
+    """The platform in YAML file ``path`` (see platforms/testbed.yaml), checked."""
+    try:
+        with open(path) as f:
+            d = yaml.safe_load(f)
+    except OSError as e:
+        raise HpcioError(f"{path}: cannot read the platform: {e.strerror}")
+    except yaml.YAMLError as e:
+        raise HpcioError(f"{path}: not YAML ({str(e).splitlines()[0]})")
+    return parse_platform(d, path)
+
+
+def platform_dict(p, **extra):
+    """``p`` as the YAML mapping :func:`load_platform` reads back."""
+    cache = "off" if p.cache_bytes == 0 else (
+        "unlimited" if math.isinf(p.cache_bytes) else p.cache_bytes / 2 ** 20)
+    d = {"name": p.name,
+         "compute": {"nodes": p.nodes, "ranks_per_node": p.ranks_per_node,
+                     "nic_mbs": p.nic_bps / 1e6, "nic_latency_us": p.nic_latency_s * 1e6},
+         "storage": {"servers": p.servers, "bandwidth_mbs": round(p.server_bps / 1e6, 3),
+                     "latency_us": round(p.latency_s * 1e6, 3), "placement": p.placement,
+                     "stripe_kib": p.stripe_bytes // 1024, "stripe_count": p.stripe_count},
+         "client_cache_mib": cache, "network": p.network}
+    d.update(extra)
+    return d
