@@ -26,6 +26,10 @@ Where things live (one home per concern)::
     mpiutil.py  MPI patterns: work on rank 0 with errors raised everywhere, node
                 communicators, array broadcasts; mpicompat.py: MPI stacks known to break
     sweep.py    the ``sweep`` command: one train job per point, resumable
+    simulate/   the ``simulate`` command: a SimGrid model of the platform (platform files
+                in platforms/), each reader's request pattern, calibrated on runs and
+                validated on held-out rank counts
+    mapfault.py  a fault in a mapped shard turned into a line naming the shard
     cli.py, errors.py, fsutil.py, progress.py    argument types, one-line errors, atomic
                 files, progress on rank 0 (a bar on a terminal, plain lines in a log)
 
