@@ -367,8 +367,8 @@ def build_parser():
 
 
 def main(argv=None):
+    a = build_parser().parse_args(argv)  # --help and bad flags: before MPI starts
     from mpi4py import MPI
-    a = build_parser().parse_args(argv)
     comm = MPI.COMM_WORLD
     readers = [_verified(parse_reader(s), a.verify) for s in a.readers.split(",") if s]
     hints = parse_hints(a.hint)
