@@ -268,7 +268,8 @@ def test_a_node_left_warm_says_so(up):
 def _kill_node(k, name="hpcio.train"):
     """SIGKILL every ``name`` process of node ``k`` (the ones in its network namespace): the
     node's end, as its ranks see it."""
-    state = dict(ln.rstrip("\n").split("=", 1) for ln in open(f"{STATE}/state") if "=" in ln)
+    with open(f"{STATE}/state") as f:
+        state = dict(ln.rstrip("\n").split("=", 1) for ln in f if "=" in ln)
     ns = os.readlink(f"/proc/{state[f'HOLDER{k}']}/ns/net")
     killed = 0
     for pid in subprocess.run(["pgrep", "-f", name], capture_output=True,
