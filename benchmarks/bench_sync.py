@@ -33,6 +33,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+from hpcio.sweep import error_line, keep_stderr  # noqa: E402
 PFS = os.path.join(ROOT, "scripts", "pfs-local.sh")
 CLUSTER = os.path.join(ROOT, "scripts", "cluster-local.sh")
 FIGURES = ("stall_percent", "straggler_wait_percent", "exchange_percent", "au_percent",
@@ -89,8 +91,9 @@ def run(a, env, data, reader, ranks, nodes, out):
            a.steps, "--cache", "cold", "--drop-caches", "--out", out]
     p = sh(*cmd, check=False, env=env)
     if p.returncode:
-        err = (p.stderr.strip().splitlines() or ["?"])[-1]
-        print(f"  {reader} {ranks}x{nodes}: failed: {err}", flush=True)
+        kept = keep_stderr(os.path.dirname(out), out, p.stderr)
+        print(f"  {reader} {ranks}x{nodes}: failed: {error_line(p.stderr)} ({kept})",
+              flush=True)
         return None
     with open(os.path.join(out, "summary.json")) as f:
         return json.load(f)["metrics"]

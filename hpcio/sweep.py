@@ -43,7 +43,8 @@ from .errors import HpcioError, guard, interrupt_on
 from .fsutil import atomic_json
 from .mpiutil import launcher
 
-__all__ = ["Point", "points", "outcome", "build_parser", "main", "STATUSES"]
+__all__ = ["Point", "points", "outcome", "error_line", "keep_stderr", "build_parser", "main",
+           "STATUSES"]
 
 SWEEP = "sweep.json"
 LOCK = "sweep.lock"
@@ -284,7 +285,8 @@ def _command(s, point, run_dir):
 WHY = (lambda ln: ln.startswith("hpcio."), lambda ln: "Fatal error" in ln)
 
 
-def _last_error(stderr):
+def error_line(stderr):
+    """The line of a failed run's stderr that says why."""
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     for kind in WHY:
         first = next((ln for ln in lines if kind(ln)), None)
@@ -293,7 +295,7 @@ def _last_error(stderr):
     return lines[-1] if lines else "failed with no message"
 
 
-def _keep_stderr(out, run_dir, stderr):
+def keep_stderr(out, run_dir, stderr):
     """A run that did not finish: its stderr in full, as logs/<run>.stderr of the sweep's
     own directory (the run's may not exist). Returns the path, or None."""
     if not stderr.strip():
@@ -342,11 +344,11 @@ def outcome(returncode, run_dir, stderr):
     sig = _signalled(returncode)
     if cut or (sig is not None and summary is not None):
         name = (summary or {}).get("signal_name") or (sig.name if sig else None)
-        return "cut_short", {"signal": name, "error": _last_error(stderr),
+        return "cut_short", {"signal": name, "error": error_line(stderr),
                              "figures": _figures(summary)}
     if sig is not None:
-        return "interrupted", {"signal": sig.name, "error": _last_error(stderr)}
-    return "failed", {"error": _last_error(stderr)}
+        return "interrupted", {"signal": sig.name, "error": error_line(stderr)}
+    return "failed", {"error": error_line(stderr)}
 
 
 def _load(path):
@@ -588,7 +590,7 @@ def _sweep(s, out, todo, cores, over):
             rc, err = _run(cmd, forward)
             status, details = outcome(rc, run_dir, err)
             if status != "done":
-                details["stderr"] = _keep_stderr(out, run_dir, err)
+                details["stderr"] = keep_stderr(out, run_dir, err)
             r.update(status=status, seconds=round(time.monotonic() - t, 2), returncode=rc,
                      **details)
             atomic_json(path, doc)
