@@ -285,7 +285,9 @@ class HorovodDist(NoDist):
         return model, optimizer
 
     def close(self):
-        pass
+        """Horovod's background thread ends before MPI_Finalize (the trainer finalizes
+        explicitly; Horovod's own shutdown at exit would then call into a finalized MPI)."""
+        self.hvd.shutdown()
 
 
 DISTS = {cls.name: cls for cls in (TorchDist, HorovodDist, NoDist)}
