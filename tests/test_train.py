@@ -4,6 +4,7 @@ import glob
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -348,6 +349,13 @@ def test_exception_on_rank1_ends_the_job(tmp_path, data):
     assert not (out / "summary.json").exists()
 
 
+def _hydra_version():
+    """The launcher's hydra version, (0,) when it is not hydra."""
+    p = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True, timeout=30)
+    m = re.search(r"Version:\s+(\d+)\.(\d+)", p.stdout)
+    return (int(m.group(1)), int(m.group(2))) if m else (0,)
+
+
 @pytest.mark.mpi
 @pytest.mark.hostile
 @pytest.mark.parametrize("target", ["mpiexec", "one-rank", "ctrl-c"])
@@ -371,7 +379,10 @@ def test_signal_flushes_results_cut_short(tmp_path, data, target):
             os.killpg(job.p.pid, signal.SIGINT)
         rc = job.finish(timeout=30)
     want = signal.SIGINT if target == "ctrl-c" else signal.SIGTERM
-    assert rc == 128 + want, f"{rc}\n{job.stdout}\n{job.stderr}"
+    if target == "one-rank" or _hydra_version() >= (4, 1):
+        assert rc == 128 + want, f"{rc}\n{job.stdout}\n{job.stderr}"
+    else:  # hydra before 4.1, signalled itself, exits with its own status, not the ranks'
+        assert rc in (0, 128 + want), f"{rc}\n{job.stdout}\n{job.stderr}"
     s = check_run(out, 2, None, None, 4, cut_short=True)
     assert s["signal"] == want and s["signal_name"] == want.name and s["signalled_ranks"]
     assert error_lines(job.stderr) == [
