@@ -12,8 +12,8 @@ Slurm across them; or uses the one that is up), writes an ImageNet-like LMDB on 
 (``--records`` JPEGs, 2 shards; kept for the next time), and runs every point ``PxN`` (P
 ranks over N nodes, ``srun -N N -n P``) with each reader, interleaved (point, reader,
 repeat), each run ``--model emulate --exchange-model resnet50`` (an allreduce of ResNet-50's
-102 MB of gradients over gloo every step), ``--compute-time`` per step, cold on every node
-(``--cache cold --drop-caches``).
+102 MB of gradients over gloo every step; ``--exchange barrier``: a zero-byte barrier, as
+DLIO's), ``--compute-time`` per step, cold on every node (``--cache cold --drop-caches``).
 
 Prints per point and reader the median (min-max over repeats) of: own wait (stall %: fetch,
 preprocessing and the rest of the wait for the rank's own batch), straggler wait %, exchange
@@ -86,9 +86,11 @@ def run(a, env, data, reader, ranks, nodes, out):
     """One training run; its summary's metrics, or None (with the error's last line)."""
     cmd = ["srun", "-N", nodes, "-n", ranks, f"--ntasks-per-node={math.ceil(ranks / nodes)}",
            "--mpi=pmi2", "--kill-on-bad-exit=1", sys.executable, "-m", "hpcio.train",
-           "--data", data, "--reader", reader, "--model", "emulate", "--exchange-model",
-           "resnet50", "--compute-time", a.compute_time, "--batch", a.batch, "--steps",
-           a.steps, "--cache", "cold", "--drop-caches", "--out", out]
+           "--data", data, "--reader", reader, "--model", "emulate",
+           *(["--exchange-bytes", "0"] if a.exchange == "barrier"
+             else ["--exchange-model", a.exchange]), "--compute-time", a.compute_time,
+           "--batch", a.batch, "--steps", a.steps, "--cache", "cold", "--drop-caches",
+           "--out", out]
     p = sh(*cmd, check=False, env=env)
     if p.returncode:
         kept = keep_stderr(os.path.dirname(out), out, p.stderr)
@@ -114,6 +116,9 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--compute-time", type=float, default=0.1)
+    ap.add_argument("--exchange", default="resnet50",
+                    help="the gradients exchanged every step: a model's (--exchange-model) or "
+                         "'barrier' (a zero-byte barrier, as DLIO's)")
     ap.add_argument("--mount", default="/mnt/pfs")
     ap.add_argument("--out", default="sweeps/sync")
     a = ap.parse_args(argv)
@@ -141,7 +146,7 @@ def main(argv=None):
         for script in started:
             sh(script, "stop", check=False)
     print(f"testbed: GlusterFS, {a.delay_us} us per request; ImageNet-like LMDB "
-          f"({a.records} JPEGs); emulate, {a.compute_time} s compute, resnet50 exchange "
+          f"({a.records} JPEGs); emulate, {a.compute_time} s compute, {a.exchange} exchange "
           f"over gloo; batch {a.batch}, {a.steps} steps, cold; median (min-max) of "
           f"{a.repeat}; load average {os.getloadavg()[0]:.1f}")
     head = ("reader", "ranks", "nodes", "own wait %", "straggler wait %", "exchange %",
