@@ -51,13 +51,6 @@ quiet() {                      # run; on failure, die with what and the command'
   local what=$1 out; shift
   out=$("$@" 2>&1) || die "$what: $(tail -n1 <<<"$out")"
 }
-wait_for() {                   # wait_for SECONDS CMD...: poll CMD until it succeeds
-  local end=$(( $(now) + $1 * 1000000 )); shift
-  until "$@" >/dev/null 2>&1; do
-    [ "$(now)" -lt "$end" ] || return 1
-    sleep 0.2
-  done
-}
 need_root() { [ "$(id -u)" = 0 ] || die "needs root (namespaces, FUSE mounts, a bridge)"; }
 var() { local v="$1$2"; echo "${!v:-}"; }          # var HOLDER 3 -> $HOLDER3
 name() { echo "$PREFIX$1"; }

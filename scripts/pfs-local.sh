@@ -75,13 +75,6 @@ net_free() {
     ! ip -4 route show to match "10.254.$1.2" | grep -qv '^default'
 }
 
-wait_for() {                   # wait_for SECONDS CMD...: poll CMD until it succeeds
-  local end=$(( $(now) + $1 * 1000000 )); shift
-  until "$@" >/dev/null 2>&1; do
-    [ "$(now)" -lt "$end" ] || return 1
-    sleep 0.1
-  done
-}
 
 clients_connected() {          # the FUSE client holds a connection to both bricks
   [ "$(gcli volume status "$VOL" clients | grep -c "^$HOST_IP:")" = 2 ]
