@@ -68,20 +68,20 @@ def _lines(stderr):
     return [ln for ln in stderr.splitlines() if ln.strip()]
 
 
-def _edit_json(path, edit):
+def _edit(path, edit, load, dump):
     with open(path) as f:
-        doc = json.load(f)
+        doc = load(f)
     doc = edit(doc) or doc
     with open(path, "w") as f:
-        json.dump(doc, f)
+        dump(doc, f)
+
+
+def _edit_json(path, edit):
+    _edit(path, edit, json.load, json.dump)
 
 
 def _edit_yaml(path, edit):
-    with open(path) as f:
-        doc = yaml.safe_load(f)
-    doc = edit(doc) or doc
-    with open(path, "w") as f:
-        yaml.safe_dump(doc, f)
+    _edit(path, edit, yaml.safe_load, yaml.safe_dump)
 
 
 def _npz_members(path):

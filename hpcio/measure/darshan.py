@@ -25,7 +25,7 @@ from typing import Dict, List, Mapping, Optional
 from hpcio.errors import HpcioError
 
 __all__ = ["DEFAULT_CONFIG", "config_text", "write_config", "shared_config", "check_library",
-           "mpi4py_libmpi", "trace_env", "reexec_traced", "log_path", "set_logfile",
+           "mpi4py_libmpi", "trace_env", "reexec_traced", "reexecuted", "log_path", "set_logfile",
            "find_parser", "log_summary", "log_is_partial", "info", "preloaded_library",
            "dataset_files", "incomplete"]
 
@@ -152,6 +152,11 @@ def trace_env(lib: str, config_path: str, dxt: bool = True, log_dir: Optional[st
     return env
 
 
+def reexecuted() -> bool:
+    """Whether this process is the one :func:`reexec_traced` made (MPI may start now)."""
+    return bool(os.environ.get(_MARK))
+
+
 def _preloaded(lib: str, environ: Mapping[str, str]) -> bool:
     want = os.path.realpath(lib)
     return any(os.path.realpath(p) == want
@@ -186,7 +191,7 @@ def reexec_traced(lib: str, config_path: str = DEFAULT_CONFIG, dxt: bool = True,
             raise HpcioError(f"LD_PRELOAD names {lib} but it is not loaded "
                              "(see the loader's message above)", everywhere=True)
         return
-    if os.environ.get(_MARK):
+    if reexecuted():
         raise HpcioError(f"LD_PRELOAD lost {lib} across the re-exec", everywhere=True)
     try:
         check_library(lib)

@@ -1,6 +1,5 @@
 """``python -m hpcio.train``: see :mod:`hpcio.train.trainer`."""
 
-import os
 import signal
 import sys
 
@@ -14,8 +13,8 @@ def _starts_mpi_now(argv):
     words = set(a.split("=", 1)[0] for a in argv)
     if words & {"-h", "--help"}:
         return False
-    return not (words & {"--darshan", "--config"}) or bool(os.environ.get(
-        "HPCIO_DARSHAN_EXEC"))
+    from ..measure.darshan import reexecuted
+    return not (words & {"--darshan", "--config"}) or reexecuted()
 
 
 def _main():
