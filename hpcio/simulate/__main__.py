@@ -41,7 +41,8 @@ def _fit_line(fit):
     per = ", ".join(f"{r}: CPU {v['cpu_s'] * 1e6:.0f} us/sample"
                     + (f", read-around {v['window'] // 1024} KiB" if v.get("window") else "")
                     for r, v in sorted(fit.params.items()))
-    return (f"fitted: latency {p.latency_s * 1e6:.0f} us/request, {p.server_bps / 1e6:.0f} MB/s "
+    return (f"fitted: latency {p.latency_s * 1e6:.0f} us/request, "
+            f"{p.server_threads or 'unlimited'} served at once, {p.server_bps / 1e6:.0f} MB/s "
             f"per server; {per}")
 
 

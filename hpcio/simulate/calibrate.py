@@ -134,7 +134,8 @@ def calibrate(workloads, platform):
     score = {}
     for case, f in zip(cases, figs):
         w = case.workload
-        key = (case.platform.latency_s, case.platform.server_bps)
+        key = (case.platform.latency_s, case.platform.server_bps,
+               case.platform.server_threads)
         e = _rel(f["stall_max_s"], w.measured["stall_max_s"]) ** 2
         score.setdefault(key, {}).setdefault(w.reader, {}).setdefault(
             case.params["cpu_s"], 0.0)
@@ -146,7 +147,8 @@ def calibrate(workloads, platform):
     fit = Fit(fitted, params)
     for case, f in zip(cases, figs):
         w = case.workload
-        if (case.platform.latency_s, case.platform.server_bps) == best and \
+        if (case.platform.latency_s, case.platform.server_bps,
+                case.platform.server_threads) == best and \
                 case.params["cpu_s"] == cpu[w.reader]:
             fit.residuals.append({"run": w.name, "reader": w.reader, "ranks": w.ranks,
                                   "measured_stall_s": w.measured["stall_max_s"],

@@ -27,6 +27,7 @@ INSTALL_HINT = ("SimGrid's Python module is missing: as root run scripts/install
                 "(Debian's python3-simgrid 3.32 linked into the venv), or pip install "
                 "simgrid==4.1 (a cmake + boost build)")
 AGGREGATE_ABOVE = 200_000   # per-request events in one case past which steps are aggregated
+FLOPS = 1e9                 # a core's speed: CPU seconds are executed as FLOPS x s
 COLUMNS = ("stall", "wall", "compute", "straggler", "records", "nbytes")
 
 
@@ -63,7 +64,9 @@ def _build(sg, zone, k, case):
     """Hosts, disks and links of case ``k`` (names prefixed, so cases never share)."""
     p, w = case.platform, case.workload
     nodes = -(-w.ranks // p.ranks_per_node)
-    hosts = [zone.create_host(f"c{k}n{i}", 1e9) for i in range(nodes)]
+    hosts = [zone.create_host(f"c{k}n{i}", FLOPS) for i in range(nodes)]
+    for h in hosts:
+        h.core_count = p.node_cores
     servers = [zone.create_host(f"c{k}s{j}", 1e9) for j in range(p.servers)]
     disks = [h.create_disk(f"c{k}d{j}", p.server_bps, p.server_bps)
              for j, h in enumerate(servers)]
@@ -76,10 +79,18 @@ def _build(sg, zone, k, case):
     return hosts, servers, disks
 
 
-def _request(sg, case, servers, disks, host, parts):
-    """One request: the server's per-request latency, then its bytes off the disk and over
-    the links at once (a server streams what it reads)."""
-    sg.this_actor.sleep_for(case.platform.latency_s)
+def _request(sg, case, built, host, parts, count=1):
+    """One request (``count`` of them back to back, aggregated): the per-request service
+    time at each server it reads from, then its bytes off the disks and over the links at
+    once (a server streams what it reads). A server serves ``threads`` requests at a time;
+    the others queue (what makes many ranks' small requests slow down one another)."""
+    _, servers, disks, queues = built
+    held = sorted({j for j, n in parts if n > 0}) if queues else []
+    for j in held:                      # in server order: no two requests wait on each other
+        queues[j].acquire()
+    sg.this_actor.sleep_for(case.platform.latency_s * count)
+    for j in held:
+        queues[j].release()
     acts = []
     for j, n in parts:
         n = int(n)
@@ -92,7 +103,11 @@ def _request(sg, case, servers, disks, host, parts):
 
 def _deploy(sg, k, case, built, plans, out, barrier):
     p, w = case.platform, case.workload
-    hosts, servers, disks = built
+    hosts = built[0]
+    if p.server_threads:
+        built = built[:3] + ([sg.Semaphore(p.server_threads) for _ in built[1]],)
+    else:
+        built = built[:3] + (None,)
     kind, pattern = PATTERNS[w.reader]
     cpu = case.params.get("cpu_s", 0.0) * w.batch
     aggregate = out["aggregated"]
@@ -125,14 +140,16 @@ def _deploy(sg, k, case, built, plans, out, barrier):
                 per = {}
                 for j, n in reqs:
                     per[j] = per.get(j, 0) + n
-                sg.this_actor.sleep_for(p.latency_s * (len(reqs) - 1))
+                count = {}
+                for j, _ in reqs:
+                    count[j] = count.get(j, 0) + 1
                 for j, n in per.items():
-                    _request(sg, case, servers, disks, host, [(j, n)])
+                    _request(sg, case, built, host, [(j, n)], count[j])
             else:
                 for j, n in reqs:
-                    _request(sg, case, servers, disks, host, [(j, n)])
+                    _request(sg, case, built, host, [(j, n)])
             if cpu:
-                sg.this_actor.sleep_for(cpu)
+                sg.this_actor.execute(cpu * FLOPS)
             finish(r, s, t0, sg.Engine.clock - t0)
 
     def prefetch_rank(r):
@@ -145,7 +162,7 @@ def _deploy(sg, k, case, built, plans, out, barrier):
             first = 0
             for last, parts in groups:
                 slots.acquire()
-                _request(sg, case, servers, disks, host, parts)
+                _request(sg, case, built, host, parts)
                 out["requests"] += 1
                 for _ in range(first, last + 1):
                     ready.release()
@@ -156,7 +173,7 @@ def _deploy(sg, k, case, built, plans, out, barrier):
             t0 = sg.Engine.clock
             ready.acquire()
             if cpu:
-                sg.this_actor.sleep_for(cpu)
+                sg.this_actor.execute(cpu * FLOPS)
             if s in ends:
                 slots.release()
             finish(r, s, t0, sg.Engine.clock - t0)

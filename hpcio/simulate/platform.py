@@ -30,14 +30,22 @@ class Platform:
     stripe_count: int
     cache_bytes: float      # node page cache; 0 = off, inf = unlimited
     network: str = "star"
+    cores: int = 0          # per node, shared by its ranks' CPU work; 0 = one per rank
+    server_threads: int = 0  # requests a server serves at once, the rest queue; 0 = no limit
+
+    @property
+    def node_cores(self):
+        return self.cores or self.ranks_per_node
 
     @property
     def max_ranks(self):
         return self.nodes * self.ranks_per_node
 
-    def with_storage(self, latency_s, server_bps):
+    def with_storage(self, latency_s, server_bps, server_threads=None):
         """The same platform with other storage figures (what calibration varies)."""
-        return replace(self, latency_s=float(latency_s), server_bps=float(server_bps))
+        return replace(self, latency_s=float(latency_s), server_bps=float(server_bps),
+                       server_threads=self.server_threads if server_threads is None
+                       else int(server_threads))
 
     def fit_ranks(self, ranks):
         """The platform grown to hold ``ranks`` (more nodes of the same kind): a prediction
@@ -81,6 +89,12 @@ def _cache(path, v):
     return _number(path, {"client_cache_mib": v}, "client_cache_mib") * 2 ** 20
 
 
+def _threads(path, v):
+    if v in ("unlimited", "inf", 0):
+        return 0
+    return _integer(f"{path}: storage", {"threads": v}, "threads")
+
+
 def parse_platform(d, path="platform"):
     """A :class:`Platform` from a mapping, or HpcioError naming the first bad value."""
     if not isinstance(d, dict):
@@ -112,7 +126,9 @@ def parse_platform(d, path="platform"):
         stripe_count=_integer(f"{path}: storage", s, "stripe_count")
         if placement == "stripe" else int(s.get("stripe_count", 1)),
         cache_bytes=_cache(path, d["client_cache_mib"]),
-        network=network)
+        network=network,
+        cores=_integer(f"{path}: compute", c, "cores") if "cores" in c else 0,
+        server_threads=_threads(path, s.get("threads", "unlimited")))
     if p.placement == "stripe" and p.stripe_count > p.servers:
         raise HpcioError(f"{path}: storage.stripe_count {p.stripe_count} is more than its "
                          f"{p.servers} servers")
@@ -137,9 +153,11 @@ def platform_dict(p, **extra):
         "unlimited" if math.isinf(p.cache_bytes) else p.cache_bytes / 2 ** 20)
     d = {"name": p.name,
          "compute": {"nodes": p.nodes, "ranks_per_node": p.ranks_per_node,
+                     "cores": p.node_cores,
                      "nic_mbs": p.nic_bps / 1e6, "nic_latency_us": p.nic_latency_s * 1e6},
          "storage": {"servers": p.servers, "bandwidth_mbs": round(p.server_bps / 1e6, 3),
-                     "latency_us": round(p.latency_s * 1e6, 3), "placement": p.placement,
+                     "latency_us": round(p.latency_s * 1e6, 3),
+                     "threads": p.server_threads or "unlimited", "placement": p.placement,
                      "stripe_kib": p.stripe_bytes // 1024, "stripe_count": p.stripe_count},
          "client_cache_mib": cache, "network": p.network}
     d.update(extra)
