@@ -7,11 +7,11 @@ import inspect
 import math
 
 from ..errors import HpcioError
-from .base import (READERS, VERIFY, Auto, Batch, Reader, ReaderStats, convert_option, faults,
-                   register)
+from .base import (PATTERNS, READERS, VERIFY, Auto, Batch, Reader, ReaderStats,
+                   convert_option, faults, register)
 from . import coordinated, memory, naive  # noqa: F401  (register the readers)
 
-__all__ = ["READERS", "Batch", "Reader", "ReaderStats", "faults", "register", "make_reader",
+__all__ = ["READERS", "PATTERNS", "Batch", "Reader", "ReaderStats", "faults", "register", "make_reader",
            "check_options", "check_dataset", "option_types"]
 
 

@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # annotations only
     from ..data.dataset import Dataset
     from ..plan import Plan
 
-__all__ = ["Batch", "ReaderStats", "Reader", "BufferRing", "READERS", "register", "faults",
+__all__ = ["Batch", "ReaderStats", "Reader", "BufferRing", "READERS", "PATTERNS", "pattern",
+           "register", "faults",
            "FileCheck", "size_error", "files_are_records", "ThreadIO", "Auto", "convert_option",
            "MAX_CACHE_FILES", "VERIFY"]
 
@@ -464,8 +465,24 @@ class Reader:
 
 READERS = {}
 
+#: request patterns the simulation (:mod:`hpcio.simulate`) replays, ``(reader, access) ->
+#: (kind, fn)``: ``demand`` patterns ``fn(w, platform, params, ids, cache, state)`` give one
+#: step's requests as arrays ``(servers, bytes)``, asked by the rank itself in order; ``prefetch``
+#: patterns ``fn(w, platform, params, ids_by_step)`` plan a run's requests for an I/O actor
+#: beside the rank, ``[(last step covered, [(server, bytes), ...]), ...]``
+PATTERNS = {}
+
 
 def register(cls):
     """Class decorator: make a reader selectable by ``--reader <cls.name>``."""
     READERS[cls.name] = cls
     return cls
+
+
+def pattern(reader, kind, access=None):
+    """Decorator: ``fn`` is how reader ``reader`` (with ``access``, where it has one) requests
+    its records, for the simulation to replay (:data:`PATTERNS`)."""
+    def put(fn):
+        PATTERNS[(reader, access)] = (kind, fn)
+        return fn
+    return put

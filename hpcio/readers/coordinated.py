@@ -29,7 +29,7 @@ from ..mpicompat import check_romio
 from ..mpiutil import node_comm
 from . import h5mpio, paths
 from .base import Auto, Batch, BufferRing, FileCheck, Reader, faults, files_are_records, \
-    register
+    pattern, register
 from .iothread import DONE, IOThread, Job
 from .requests import cut, request_bounds, steady_steps, touched
 
@@ -363,3 +363,20 @@ def _translate(e):
     except ImportError:  # pragma: no cover
         pass
     return e
+
+
+@pattern("coordinated", "prefetch")
+def simulated_requests(w, platform, params, ids_by_step):
+    """Requests cut by the reader's own rule (:func:`request_bounds`: a ramp from one step,
+    doubling up to the steady size), read by one I/O actor up to ``prefetch`` requests
+    ahead of the steps; a request's bytes split over the servers that hold its records,
+    read from them at once."""
+    total = w.records * w.record_bytes
+    bounds = request_bounds(len(ids_by_step), w.steady_steps)
+    groups = []
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        ids = np.concatenate(ids_by_step[lo:hi])
+        srv = platform.server_of(ids * w.record_bytes, total)
+        parts = [(int(j), float((srv == j).sum() * w.record_bytes)) for j in np.unique(srv)]
+        groups.append((int(hi) - 1, parts))
+    return groups

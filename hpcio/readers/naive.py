@@ -32,7 +32,7 @@ from ..mapfault import MapWatch
 from ..mpiutil import rank_size as _rank_size
 from .assemble import layout
 from .base import Batch, BufferRing, FileCheck, Reader, ThreadIO, faults, \
-    files_are_records, register
+    files_are_records, pattern, register
 
 __all__ = ["NaiveReader", "ACCESS"]
 
@@ -147,3 +147,48 @@ class NaiveReader(Reader):
             watch.close()
         self._ring.clear()
         self._meter.close()
+
+
+def _windows(w, params, ids):
+    """The read-around windows (``params['window']`` bytes) covering records ``ids``,
+    in order."""
+    win, rb = params["window"], w.record_bytes
+    first = (ids * rb // win).astype(np.int64)
+    count = (((ids + 1) * rb - 1) // win).astype(np.int64) - first + 1
+    steps = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+    return np.repeat(first, count) + steps
+
+
+def _faulted(w, platform, params, windows, cache):
+    """(servers, bytes) arrays of the windows not yet in the node's cache."""
+    if cache is not None:
+        windows = cache.missing(windows)
+    win = params["window"]
+    return platform.server_of(windows * win, w.records * w.record_bytes), \
+        np.full(len(windows), float(win))
+
+
+@pattern("naive", "demand", access="get")
+def simulated_get(w, platform, params, ids, cache, state):
+    """``get`` over an mmap: each record's bytes fault in window by window (the kernel's
+    read-around, fitted to the runs' major faults per sample); a window another rank of
+    the node brought in costs nothing. Synchronous, one after another."""
+    return _faulted(w, platform, params, _windows(w, params, np.asarray(ids)), cache)
+
+
+@pattern("naive", "demand", access="cursor")
+def simulated_cursor(w, platform, params, ids, cache, state):
+    """Caffe's cursor: as ``get`` for the rank's own records, and every record it steps over
+    (the other ranks', in key order) touches the page its entry starts on, which faults in
+    that page's window: the bytes a rank brings in grow with the ranks it steps over.
+    ``state['at']``: the record under the cursor (a new pass starts from the first key)."""
+    win, rb = params["window"], w.record_bytes
+    parts = []
+    for r in np.sort(np.asarray(ids)).tolist():
+        at = state.get("at")
+        start = 0 if at is None or at > r else at + 1
+        if start < r:                   # stepped over: the window of each entry's start
+            parts.append(np.unique((np.arange(start, r) * rb // win).astype(np.int64)))
+        parts.append(_windows(w, params, np.array([r])))
+        state["at"] = r
+    return _faulted(w, platform, params, np.concatenate(parts), cache)

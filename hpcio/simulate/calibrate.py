@@ -10,7 +10,7 @@ objective is the squared relative error of Table A's stall/step max-rank, with a
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List
 
 import numpy as np
@@ -19,9 +19,9 @@ from ..analysis.runs import Run
 from ..analysis.tables import run_figures
 from ..errors import HpcioError
 from .engine import Case, simulate
-from .workload import PATTERNS, NodeCache
+from .workload import NodeCache
 
-__all__ = ["Fit", "fit_window", "calibrate", "simulated_figures", "run_cases", "errors_of",
+__all__ = ["Fit", "fit_window", "fit_exchange", "calibrate", "simulated_figures", "run_cases", "errors_of",
            "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S"]
 
 FLOOR_S = 1e-3
@@ -46,17 +46,19 @@ def simulated_figures(case, out):
     """Table A's figures of a simulated case, by the very function that gives a measured
     run's (tables.run_figures), so the two compare like for like."""
     w, c = case.workload, out["columns"]
+    actors = c["wall"].shape[0]
     steps = np.arange(w.steps) % _steps_in_epoch(w)
     zero = np.zeros_like(c["wall"])
     t0 = np.cumsum(c["wall"], axis=1) - c["wall"]
-    cols = {"epoch": np.tile(np.arange(w.steps) // _steps_in_epoch(w), (w.ranks, 1)),
-            "step": np.tile(steps, (w.ranks, 1)), "t0": t0, "wall": c["wall"],
+    cols = {"epoch": np.tile(np.arange(w.steps) // _steps_in_epoch(w), (actors, 1)),
+            "step": np.tile(steps, (actors, 1)), "t0": t0, "wall": c["wall"],
             "fetch": c["stall"], "prep": zero, "stall_other": zero, "h2d": zero,
-            "compute": c["compute"], "straggler_wait": c["straggler"], "exchange": zero,
-            "ckpt": zero, "other": c["wall"] - c["stall"] - c["compute"] - c["straggler"],
+            "compute": c["compute"], "straggler_wait": c["straggler"],
+            "exchange": c["exchange"], "ckpt": zero,
+            "other": c["wall"] - c["stall"] - c["compute"] - c["straggler"] - c["exchange"],
             "records": c["records"], "nbytes": c["nbytes"]}
-    run = Run(path=w.name, config={"ranks": w.ranks}, env={}, summary=None,
-              rank_info=[None] * w.ranks, steps=cols)
+    run = Run(path=w.name, config={"ranks": actors}, env={}, summary=None,
+              rank_info=[None] * actors, steps=cols)
     return run_figures(run)
 
 
@@ -67,7 +69,10 @@ def run_cases(cases):
     for case, out in zip(cases, outs):
         f = simulated_figures(case, out)
         f["requests"] = out["requests"]
-        f["aggregated"] = out["aggregated"]
+        f["aggregated"] = out["aggregated"] or out["group"] > 1
+        f["group"] = out["group"]
+        f["storage_bytes"] = out["bytes"]
+        f["storage_bps"] = out["bytes"] / out["end_s"] if out["end_s"] else 0.0
         res.append(f)
     return res
 
@@ -91,13 +96,14 @@ def _faults_per_sample(w, platform, window):
     ranks interleave step by step, as they run abreast)."""
     caches = [NodeCache(platform.cache_bytes, window)
               for _ in range(-(-w.ranks // platform.ranks_per_node))]
-    plans = [w.plan_ids(r) for r in range(w.ranks)]
+    plans = w.plans()
     params = {"window": window}
+    states = [{} for _ in range(w.ranks)]
     faults = 0
     for s in range(w.steps):
         for r in range(w.ranks):
             cache = caches[r // platform.ranks_per_node] if platform.cache_bytes else None
-            faults += len(PATTERNS[w.reader][1](w, platform, params, plans[r][s], cache))
+            faults += len(w.pattern[1](w, platform, params, plans[r][s], cache, states[r])[0])
     return faults / (w.ranks * w.steps * w.batch)
 
 
@@ -112,6 +118,19 @@ def fit_window(workloads, platform):
     return min(err, key=err.get)
 
 
+def fit_exchange(workloads, platform):
+    """``platform`` with the allreduce bandwidth the runs' exchanges measured (the median
+    over runs that had one), so a prediction's exchange costs what this machine's did;
+    unchanged when no run exchanged."""
+    got = []
+    for w in workloads:
+        if w.exchange_bytes and w.ranks > 1 and w.exchange_s > 0:
+            hops = 2 * (w.ranks - 1) * platform.nic_latency_s
+            moved = 2 * (w.ranks - 1) / w.ranks * w.exchange_bytes
+            got.append(moved / max(w.exchange_s - hops, 1e-9))
+    return replace(platform, exchange_bps=float(np.median(got))) if got else platform
+
+
 def calibrate(workloads, platform):
     """Fit latency, bandwidth, CPU per sample (per reader) and the naive window on
     ``workloads``; a :class:`Fit` with the residual of every run."""
@@ -121,14 +140,16 @@ def calibrate(workloads, platform):
         if w.ranks > platform.max_ranks:
             raise HpcioError(f"{w.name}: {w.ranks} ranks, more than the platform's "
                              f"{platform.nodes} nodes x {platform.ranks_per_node} hold")
-    window = {r: fit_window([w for w in workloads if w.reader == r], platform)
-              if PATTERNS[r][0] == "demand" else None for r in {w.reader for w in workloads}}
+    kinds = {w.label: w.pattern[0] for w in workloads}
+    window = {r: fit_window([w for w in workloads if w.label == r], platform)
+              if kinds[r] == "demand" else None for r in kinds}
+    platform = fit_exchange(workloads, platform)
     grid = [(lx, bx, cpu) for lx in LATENCY_X for bx in BANDWIDTH_X for cpu in CPU_S]
     cases = []
     for lx, bx, cpu in grid:
         p = platform.with_storage(platform.latency_s * lx, platform.server_bps * bx)
         for w in workloads:
-            cases.append(Case(p, w, {"cpu_s": cpu, "window": window[w.reader]}))
+            cases.append(Case(p, w, {"cpu_s": cpu, "window": window[w.label]}))
     figs = run_cases(cases)
     # squared error per (latency, bandwidth, reader, cpu)
     score = {}
@@ -137,9 +158,9 @@ def calibrate(workloads, platform):
         key = (case.platform.latency_s, case.platform.server_bps,
                case.platform.server_threads)
         e = _rel(f["stall_max_s"], w.measured["stall_max_s"]) ** 2
-        score.setdefault(key, {}).setdefault(w.reader, {}).setdefault(
+        score.setdefault(key, {}).setdefault(w.label, {}).setdefault(
             case.params["cpu_s"], 0.0)
-        score[key][w.reader][case.params["cpu_s"]] += e
+        score[key][w.label][case.params["cpu_s"]] += e
     best = min(score, key=lambda k: sum(min(v.values()) for v in score[k].values()))
     cpu = {r: min(v, key=v.get) for r, v in score[best].items()}
     fitted = platform.with_storage(*best)
@@ -149,8 +170,8 @@ def calibrate(workloads, platform):
         w = case.workload
         if (case.platform.latency_s, case.platform.server_bps,
                 case.platform.server_threads) == best and \
-                case.params["cpu_s"] == cpu[w.reader]:
-            fit.residuals.append({"run": w.name, "reader": w.reader, "ranks": w.ranks,
+                case.params["cpu_s"] == cpu[w.label]:
+            fit.residuals.append({"run": w.name, "reader": w.label, "ranks": w.ranks,
                                   "measured_stall_s": w.measured["stall_max_s"],
                                   "simulated_stall_s": f["stall_max_s"],
                                   "measured_au_percent": w.measured["au_pct"],

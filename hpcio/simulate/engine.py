@@ -1,15 +1,15 @@
 """The simulation proper, on SimGrid: ranks are actors on compute hosts, servers are hosts
-with a disk, a star of links joins them, and SimGrid shares each disk's and link's bandwidth
-among the flows that cross it (max-min fairness, its CM02 model: no TCP factors, so a
+whose link carries their bandwidth, a star of links joins them, and SimGrid shares each
+link's bandwidth among the flows that cross it (max-min fairness, its CM02 model: no TCP factors, so a
 latency is the platform's, not 13x it).
 
 SimGrid keeps one engine per process, so every :func:`simulate` runs in a forked child;
 many cases (a calibration grid) share one engine run on disjoint hosts, so they cost one
 fork. A case whose per-request events would be too many is aggregated: each rank's step
-becomes one wait of (requests x latency) and one transfer per server, and the result says so.
+becomes one request, its requests' latencies back to back and then its bytes from every
+server at once, and the result says so.
 """
 
-import math
 import os
 import pickle
 import sys
@@ -19,16 +19,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import HpcioError
-from .workload import PATTERNS, NodeCache
+from .workload import NodeCache
 
-__all__ = ["Case", "simulate", "available", "INSTALL_HINT", "AGGREGATE_ABOVE"]
+__all__ = ["Case", "simulate", "available", "layout", "INSTALL_HINT", "AGGREGATE_ABOVE",
+           "MAX_ACTORS"]
 
 INSTALL_HINT = ("SimGrid's Python module is missing: as root run scripts/install-simgrid.sh "
                 "(Debian's python3-simgrid 3.32 linked into the venv), or pip install "
                 "simgrid==4.1 (a cmake + boost build)")
 AGGREGATE_ABOVE = 200_000   # per-request events in one case past which steps are aggregated
+MAX_ACTORS = 256            # ranks simulated one by one; more are grouped (see layout)
 FLOPS = 1e9                 # a core's speed: CPU seconds are executed as FLOPS x s
-COLUMNS = ("stall", "wall", "compute", "straggler", "records", "nbytes")
+COLUMNS = ("stall", "wall", "compute", "straggler", "exchange", "records", "nbytes")
 
 
 @dataclass(frozen=True)
@@ -48,43 +50,66 @@ def available():
 
 def _plan(case):
     w = case.workload
-    return [w.plan_ids(r) for r in range(w.ranks)]
+    return w.plans()
 
 
 def _estimate_requests(case, plans):
     w = case.workload
-    kind = PATTERNS[w.reader][0]
+    kind = w.pattern[0]
     if kind == "prefetch":
         return w.ranks * w.steps
     win = case.params.get("window") or 1 << 17
     return int(w.ranks * w.steps * w.batch * (w.record_bytes / win + 1))
 
 
+def layout(platform, ranks):
+    """How ``ranks`` are simulated: ``(group, per_host)``, each actor standing for ``group``
+    ranks (1 up to :data:`MAX_ACTORS` ranks) and each compute host for ``per_host`` nodes.
+
+    Past MAX_ACTORS, ranks are grouped: an actor asks for its group's records at once, its
+    flows carry the group's bytes, its CPU work runs on a host ``group`` times as fast with
+    as many fewer cores, and a group of whole nodes runs on one host with their links' and
+    caches' sum. Every flow then grows by the same factor, so max-min sharing gives each
+    the same fraction of a link as the ungrouped ranks had: bandwidth and queueing stay
+    exact; what is lost is the spread between the ranks of a group (the straggler wait
+    is taken over groups, not ranks)."""
+    rpn = platform.ranks_per_node
+    g = -(-ranks // MAX_ACTORS)
+    if g <= 1:
+        return 1, 1
+    if g < rpn:
+        g = min(d for d in range(g, rpn + 1) if rpn % d == 0)
+        return g, 1
+    g = rpn * -(-g // rpn)
+    return g, g // rpn
+
+
 def _build(sg, zone, k, case):
-    """Hosts, disks and links of case ``k`` (names prefixed, so cases never share)."""
+    """Hosts and links of case ``k`` (names prefixed, so cases never share)."""
     p, w = case.platform, case.workload
-    nodes = -(-w.ranks // p.ranks_per_node)
-    hosts = [zone.create_host(f"c{k}n{i}", FLOPS) for i in range(nodes)]
+    group, per_host = layout(p, w.ranks)
+    nodes = -(-w.ranks // (p.ranks_per_node * per_host))
+    fast = group // per_host            # ranks of a node one actor stands for
+    hosts = [zone.create_host(f"c{k}n{i}", FLOPS * fast) for i in range(nodes)]
     for h in hosts:
-        h.core_count = p.node_cores
-    servers = [zone.create_host(f"c{k}s{j}", 1e9) for j in range(p.servers)]
-    disks = [h.create_disk(f"c{k}d{j}", p.server_bps, p.server_bps)
-             for j, h in enumerate(servers)]
-    up = {h.name: zone.create_link(f"c{k}l{h.name}", p.nic_bps).set_latency(p.nic_latency_s)
+        h.core_count = max(1, -(-p.node_cores * per_host // fast))
+    servers = [zone.create_host(f"c{k}s{j}", FLOPS) for j in range(p.servers)]
+    # a server's bandwidth is its link's: what it reads it streams, one flow per request
+    up = {h.name: zone.create_link(f"c{k}l{h.name}", p.server_bps if h in servers
+                                   else p.nic_bps * per_host).set_latency(p.nic_latency_s)
           for h in hosts + servers}
     for s in servers:
         for h in hosts:
             zone.add_route(s.netpoint, h.netpoint, None, None,
                            [sg.LinkInRoute(up[s.name]), sg.LinkInRoute(up[h.name])], True)
-    return hosts, servers, disks
+    return hosts, servers
 
 
 def _request(sg, case, built, host, parts, count=1):
     """One request (``count`` of them back to back, aggregated): the per-request service
-    time at each server it reads from, then its bytes off the disks and over the links at
-    once (a server streams what it reads). A server serves ``threads`` requests at a time;
+    time at each server it reads from, then its bytes from them over the links at once. A server serves ``threads`` requests at a time;
     the others queue (what makes many ranks' small requests slow down one another)."""
-    _, servers, disks, queues = built
+    _, servers, queues = built
     held = sorted({j for j, n in parts if n > 0}) if queues else []
     for j in held:                      # in server order: no two requests wait on each other
         queues[j].acquire()
@@ -95,7 +120,6 @@ def _request(sg, case, built, host, parts, count=1):
     for j, n in parts:
         n = int(n)
         if n > 0:
-            acts.append(disks[j].read_async(n))
             acts.append(sg.Comm.sendto_async(servers[j], host, n))
     for a in acts:
         a.wait()
@@ -105,82 +129,93 @@ def _deploy(sg, k, case, built, plans, out, barrier):
     p, w = case.platform, case.workload
     hosts = built[0]
     if p.server_threads:
-        built = built[:3] + ([sg.Semaphore(p.server_threads) for _ in built[1]],)
+        built = built[:2] + ([sg.Semaphore(p.server_threads) for _ in built[1]],)
     else:
-        built = built[:3] + (None,)
-    kind, pattern = PATTERNS[w.reader]
+        built = built[:2] + (None,)
+    kind, pattern = w.pattern
+    group, per_host = layout(p, w.ranks)
+    actors = -(-w.ranks // group)
+    members = [min(group, w.ranks - a * group) for a in range(actors)]
+    on = [a * group // (p.ranks_per_node * per_host) for a in range(actors)]
+    exchange = p.exchange_s(w.ranks, w.exchange_bytes) if w.sync else 0.0
     cpu = case.params.get("cpu_s", 0.0) * w.batch
-    aggregate = out["aggregated"]
-    caches = [NodeCache(p.cache_bytes, case.params.get("window") or 1 << 17)
+    aggregate = out["aggregated"] or group > 1
+    caches = [NodeCache(p.cache_bytes * per_host, case.params.get("window") or 1 << 17)
               for _ in hosts]
-    cols = {c: np.zeros((w.ranks, w.steps)) for c in COLUMNS}
+    cols = {c: np.zeros((actors, w.steps)) for c in COLUMNS}
     out["columns"] = cols
-    step_bytes = w.batch * w.record_bytes
+    out["group"] = group
 
-    def finish(r, s, t0, stall):
-        cols["stall"][r, s] = stall
+    def ids(a, s):                      # the records a group asks for in step s
+        return plans[a * group:a * group + members[a], s].ravel()
+
+    def finish(a, s, t0, stall):
+        cols["stall"][a, s] = stall
         sg.this_actor.sleep_for(w.compute_s + w.rest_s)
-        cols["compute"][r, s] = w.compute_s
+        cols["compute"][a, s] = w.compute_s
         if barrier is not None:
             t1 = sg.Engine.clock
             barrier.wait()
-            cols["straggler"][r, s] = sg.Engine.clock - t1
-        cols["wall"][r, s] = sg.Engine.clock - t0
-        cols["records"][r, s] = w.batch
-        cols["nbytes"][r, s] = step_bytes
+            cols["straggler"][a, s] = sg.Engine.clock - t1
+            if exchange:
+                sg.this_actor.sleep_for(exchange)
+                cols["exchange"][a, s] = exchange
+        cols["wall"][a, s] = sg.Engine.clock - t0
+        cols["records"][a, s] = w.batch * members[a]
+        cols["nbytes"][a, s] = w.batch * members[a] * w.record_bytes
 
-    def demand_rank(r):
-        host = hosts[r // p.ranks_per_node]
-        cache = caches[r // p.ranks_per_node] if p.cache_bytes > 0 else None
+    def demand_rank(a):
+        host = hosts[on[a]]
+        cache = caches[on[a]] if p.cache_bytes > 0 else None
+        state = {}
         for s in range(w.steps):
             t0 = sg.Engine.clock
-            reqs = pattern(w, p, case.params, plans[r][s], cache)
-            out["requests"] += len(reqs)
-            if aggregate and reqs:
-                per = {}
-                for j, n in reqs:
-                    per[j] = per.get(j, 0) + n
-                count = {}
-                for j, _ in reqs:
-                    count[j] = count.get(j, 0) + 1
-                for j, n in per.items():
-                    _request(sg, case, built, host, [(j, n)], count[j])
+            srv, nbytes = pattern(w, p, case.params, ids(a, s), cache, state)
+            out["requests"] += len(srv)
+            out["bytes"] += float(nbytes.sum())
+            if aggregate and len(srv):
+                count = np.bincount(srv, minlength=p.servers)
+                total = np.bincount(srv, weights=nbytes, minlength=p.servers)
+                used = np.flatnonzero(count)
+                _request(sg, case, built, host, [(int(j), total[j]) for j in used],
+                         -(-int(count.sum()) // members[a]))  # the group's ranks at once
             else:
-                for j, n in reqs:
+                for j, n in zip(srv.tolist(), nbytes.tolist()):
                     _request(sg, case, built, host, [(j, n)])
             if cpu:
-                sg.this_actor.execute(cpu * FLOPS)
-            finish(r, s, t0, sg.Engine.clock - t0)
+                sg.this_actor.execute(cpu * members[a] * FLOPS)
+            finish(a, s, t0, sg.Engine.clock - t0)
 
-    def prefetch_rank(r):
-        host = hosts[r // p.ranks_per_node]
-        groups = pattern(w, p, case.params, plans[r])
+    def prefetch_rank(a):
+        host = hosts[on[a]]
+        requests = pattern(w, p, case.params, [ids(a, s) for s in range(w.steps)])
         ready = sg.Semaphore(0)          # one release per step whose bytes are in
         slots = sg.Semaphore(max(1, w.prefetch))
 
         def io():
             first = 0
-            for last, parts in groups:
+            for last, parts in requests:
                 slots.acquire()
                 _request(sg, case, built, host, parts)
-                out["requests"] += 1
+                out["requests"] += members[a]
+                out["bytes"] += sum(n for _, n in parts)
                 for _ in range(first, last + 1):
                     ready.release()
                 first = last + 1
-        ends = {last for last, _ in groups}
-        sg.Actor.create(f"io{r}", host, io)
+        ends = {last for last, _ in requests}
+        sg.Actor.create(f"io{a}", host, io)
         for s in range(w.steps):
             t0 = sg.Engine.clock
             ready.acquire()
             if cpu:
-                sg.this_actor.execute(cpu * FLOPS)
+                sg.this_actor.execute(cpu * members[a] * FLOPS)
             if s in ends:
                 slots.release()
-            finish(r, s, t0, sg.Engine.clock - t0)
+            finish(a, s, t0, sg.Engine.clock - t0)
 
     body = {"demand": demand_rank, "prefetch": prefetch_rank}[kind]
-    for r in range(w.ranks):
-        sg.Actor.create(f"c{k}r{r}", hosts[r // p.ranks_per_node], body, r)
+    for a in range(actors):
+        sg.Actor.create(f"c{k}r{a}", hosts[on[a]], body, a)
 
 
 def _run_cases(cases):
@@ -199,13 +234,16 @@ def _run_cases(cases):
     for k, case in enumerate(cases):
         built.append(_build(sg, zone, k, case))
         plans.append(_plan(case))
-        outs.append({"requests": 0,
+        outs.append({"requests": 0, "bytes": 0.0,
                      "aggregated": _estimate_requests(case, plans[-1]) > AGGREGATE_ABOVE})
     zone.seal()
     for k, case in enumerate(cases):
-        barrier = sg.Barrier(case.workload.ranks) if case.workload.sync else None
+        actors = -(-case.workload.ranks // layout(case.platform, case.workload.ranks)[0])
+        barrier = sg.Barrier(actors) if case.workload.sync else None
         _deploy(sg, k, case, built[k], plans[k], outs[k], barrier)
     e.run()
+    for out in outs:
+        out["end_s"] = float(out["columns"]["wall"].sum(axis=1).max())
     return outs
 
 

@@ -5,6 +5,7 @@ import math
 import os
 from dataclasses import dataclass, replace
 
+import numpy as np
 import yaml
 
 from ..errors import HpcioError
@@ -32,6 +33,16 @@ class Platform:
     network: str = "star"
     cores: int = 0          # per node, shared by its ranks' CPU work; 0 = one per rank
     server_threads: int = 0  # requests a server serves at once, the rest queue; 0 = no limit
+    exchange_bps: float = 0.0  # a rank's allreduce bandwidth, calibrated; 0 = the NIC's
+
+    def exchange_s(self, ranks, nbytes):
+        """One ring allreduce of ``nbytes`` over ``ranks`` ranks: each sends and receives
+        2(P-1)/P of the bytes, the node's ranks sharing its NIC, in 2(P-1) hops."""
+        if ranks < 2 or not nbytes:
+            return 0.0
+        share = min(ranks, self.ranks_per_node)
+        bps = self.exchange_bps or self.nic_bps / share
+        return 2 * (ranks - 1) / ranks * nbytes / bps + 2 * (ranks - 1) * self.nic_latency_s
 
     @property
     def node_cores(self):
@@ -40,6 +51,17 @@ class Platform:
     @property
     def max_ranks(self):
         return self.nodes * self.ranks_per_node
+
+    def server_of(self, offset, total):
+        """The server holding byte ``offset`` (or an array of them) of a ``total``-byte
+        dataset: ``file`` spreads its shard files whole (one per server, equal contiguous
+        ranges); ``stripe`` stripes round-robin over ``stripe_count`` servers."""
+        off = np.asarray(offset, dtype=np.float64)
+        if self.placement == "file":
+            out = np.minimum((off * self.servers // total).astype(np.int64), self.servers - 1)
+        else:
+            out = (off // self.stripe_bytes).astype(np.int64) % self.stripe_count
+        return out if out.ndim else int(out)
 
     def with_storage(self, latency_s, server_bps, server_threads=None):
         """The same platform with other storage figures (what calibration varies)."""

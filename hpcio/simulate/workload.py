@@ -12,10 +12,11 @@ import numpy as np
 from ..analysis.runs import load_run
 from ..analysis.tables import run_figures
 from ..errors import HpcioError
-from ..plan import make_plan
+from ..plan import epoch_order
+from ..readers import PATTERNS
 from ..readers.requests import request_bounds, steady_steps
 
-__all__ = ["Workload", "workload_from_run", "PATTERNS", "NodeCache", "server_of"]
+__all__ = ["Workload", "workload_from_run", "PATTERNS", "NodeCache"]
 
 
 @dataclass(frozen=True)
@@ -37,26 +38,45 @@ class Workload:
     faults_per_sample: float    # naive: major faults per record the OS counted
     dataset: str
     measured: Optional[dict] = None  # tables.run_figures of the run
+    access: Optional[str] = None     # the reader's access option, where it has one
+    exchange_bytes: int = 0          # the gradient exchange's allreduce, per step
+    exchange_s: float = 0.0          # its measured transfer, per step (mean)
+
+    @property
+    def pattern(self):
+        """(kind, fn) of this workload's reader in :data:`PATTERNS` (``get`` where the
+        reader has accesses and none is named)."""
+        key = (self.reader, self.access)
+        return PATTERNS[key if key in PATTERNS else (self.reader, self.access or "get")]
+
+    @property
+    def label(self):
+        """The reader as results name it: ``naive`` (get) or ``naive-cursor``."""
+        return self.reader if self.access in (None, "get") else f"{self.reader}-{self.access}"
 
     def at(self, ranks, steps=None, records=None):
         """This workload on ``ranks`` ranks (what a prediction asks), nothing measured."""
         return replace(self, ranks=int(ranks), steps=int(steps or self.steps),
                        records=int(records or self.records), measured=None,
-                       name=f"{self.reader}-n{ranks}")
+                       name=f"{self.label}-n{ranks}")
 
-    def plan_ids(self, rank):
-        """This rank's record ids per step, (steps, batch), epochs following each other."""
-        first = make_plan(self.records, self.ranks, rank, self.batch, epoch=0,
-                          seed=self.seed, shuffle=self.shuffle)
-        per_epoch = len(first)
-        out, epoch = [], 0
-        while len(out) < self.steps:
-            plan = first if epoch == 0 else make_plan(self.records, self.ranks, rank,
-                                                      self.batch, epoch=epoch,
-                                                      seed=self.seed, shuffle=self.shuffle)
-            out.extend(plan.step(s) for s in range(min(per_epoch, self.steps - len(out))))
+    def plans(self):
+        """Every rank's record ids per step, (ranks, steps, batch), epochs following each
+        other: the runs' plans (:func:`hpcio.plan.make_plan`, drop_last), each epoch's
+        order drawn once for all ranks."""
+        g = self.ranks * self.batch
+        per_epoch = self.records // g
+        if per_epoch < 1:
+            raise HpcioError(f"{self.ranks} ranks x batch {self.batch} need more than the "
+                             f"dataset's {self.records:,} records")
+        out, epoch, left = [], 0, self.steps
+        while left > 0:
+            n = min(per_epoch, left)
+            order = epoch_order(self.records, epoch, self.seed, self.shuffle)
+            out.append(order[:n * g].reshape(n, self.ranks, self.batch))
+            left -= n
             epoch += 1
-        return np.stack(out)
+        return np.ascontiguousarray(np.concatenate(out).transpose(1, 0, 2))
 
 
 def _steady(config, stats, steps, step_bytes):
@@ -86,9 +106,13 @@ def workload_from_run(path):
         raise HpcioError(f"{path}: no step recorded ({'; '.join(run.problems[:1]) or 'no rank files'})")
     c = run.config
     reader = c.get("reader", "?")
-    if reader not in PATTERNS:
+    opts = c.get("reader_options") or {}
+    access = opts.get("access", "get") if (reader, "get") in PATTERNS else None
+    if (reader, access) not in PATTERNS:
+        known = sorted(r if a is None else f"{r} (access={a})" for r, a in PATTERNS)
         raise HpcioError(f"{path}: the simulation has no request pattern for reader "
-                         f"{reader!r} (it has {', '.join(sorted(PATTERNS))})")
+                         f"{reader!r}{f' with access={access}' if access else ''} (it has "
+                         f"{', '.join(known)})")
     ds = c.get("dataset") or {}
     records, total = ds.get("records"), c.get("dataset_bytes")
     if not records or not total:
@@ -98,6 +122,8 @@ def workload_from_run(path):
     got = sum(x.get("records", 0) for x in stats)
     faults = sum(x.get("majflt", 0) for x in stats)
     sync = (str(c.get("dist_used", "none")) != "none") or bool(s["straggler_wait"].any())
+    xbytes = int((c.get("exchange") or {}).get("bytes") or 0)
+    xs = float(np.mean(s["exchange"])) if xbytes and run.ranks > 1 else 0.0
     return Workload(
         name=run.name, reader=reader, ranks=run.ranks, batch=int(c["batch"]),
         steps=int(s["step"].shape[1]), records=int(records),
@@ -108,15 +134,8 @@ def workload_from_run(path):
         steady_steps=_steady(c, stats, int(s["step"].shape[1]), int(c["batch"]) * total
                              / int(records)),
         faults_per_sample=faults / got if got else float("nan"),
-        dataset=run.dataset, measured=fig)
-
-
-def server_of(offset, platform, total):
-    """The server holding byte ``offset`` of the dataset: ``file`` spreads its shard
-    files (one per server, equal contiguous ranges) whole; ``stripe`` stripes round-robin."""
-    if platform.placement == "file":
-        return min(int(offset * platform.servers // total), platform.servers - 1)
-    return int(offset // platform.stripe_bytes) % platform.stripe_count
+        dataset=run.dataset, measured=fig, access=access, exchange_bytes=xbytes,
+        exchange_s=xs)
 
 
 class NodeCache:
@@ -128,54 +147,15 @@ class NodeCache:
         self.pages = OrderedDict()
 
     def missing(self, windows):
-        """The windows of ``windows`` not resident; all of them become resident."""
-        out = []
-        for w in windows:
-            if w in self.pages:
-                self.pages.move_to_end(w)
+        """The windows of ``windows`` (an int array) not resident, in order; all of them
+        become resident."""
+        pages, out = self.pages, []
+        for w in windows.tolist():
+            if w in pages:
+                pages.move_to_end(w)
             else:
                 out.append(w)
-                self.pages[w] = True
-        while len(self.pages) > self.slots:
-            self.pages.popitem(last=False)
-        return out
-
-
-def naive_get(w, platform, params, ids, cache):
-    """Naive ``get`` over an mmap: every record's bytes fault in, window by window (the
-    kernel's read-around, ``params['window']`` bytes, fitted to the runs' major faults per
-    sample); a window another rank of the node brought in costs nothing. Sequential,
-    synchronous requests: a list of (server, bytes) for one step's records."""
-    win, total = params["window"], w.records * w.record_bytes
-    reqs = []
-    for r in ids:
-        a, b = r * w.record_bytes, (r + 1) * w.record_bytes
-        need = range(int(a // win), int((b - 1) // win) + 1)
-        for k in (cache.missing(need) if cache is not None else need):
-            reqs.append((server_of(k * win, platform, total), win))
-    return reqs
-
-
-def coordinated(w, platform, params, ids_by_step):
-    """Coordinated reads, cut by the reader's own rule (hpcio.readers.requests: a ramp
-    from one step, doubling up to the steady size), read by one I/O actor up to
-    ``prefetch`` requests ahead of the steps. A request's bytes split over the servers
-    that hold its records, read in parallel. Returns [(last step covered, [(server,
-    bytes), ...]), ...]."""
-    total = w.records * w.record_bytes
-    bounds = request_bounds(len(ids_by_step), w.steady_steps)
-    groups = []
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        ids = np.concatenate(ids_by_step[lo:hi])
-        srv = np.array([server_of(r * w.record_bytes, platform, total) for r in ids])
-        parts = [(int(j), float((srv == j).sum() * w.record_bytes)) for j in np.unique(srv)]
-        groups.append((int(hi) - 1, parts))
-    return groups
-
-
-# reader name -> (kind, pattern): "demand" patterns are asked per step by the rank itself,
-# "prefetch" patterns plan the whole run for an I/O actor beside the rank
-PATTERNS = {
-    "naive": ("demand", naive_get),
-    "coordinated": ("prefetch", coordinated),
-}
+                pages[w] = True
+        while len(pages) > self.slots:
+            pages.popitem(last=False)
+        return np.array(out, dtype=np.int64)
