@@ -3,6 +3,7 @@ scales.
 
     python -m hpcio.analyze sweeps/pfs -o reports/pfs
     python -m hpcio.analyze runs/a runs/b sweeps/s -o out --format html,md --baseline naive
+    python -m hpcio.analyze sweeps/pfs -o reports/pfs --prediction pred/pfs
 
 Takes run directories, sweep directories (``python -m hpcio.sweep``) or directories holding
 either, reads every run's step records, counters and Darshan logs (``RUN/darshan/*.darshan``)
@@ -10,10 +11,14 @@ and writes into ``-o`` only (a new or empty directory, or one of its earlier rep
 never an input): ``report.html`` (self-contained), ``report.md``, ``table-a.csv``
 (per reader x format x ranks), ``table-b.csv`` (what Darshan saw), ``table-c.csv`` (the OS's
 counters per sample), the PNG figures and ``summary.json``. Runs at several rank counts get
-the scaling model (``hpcio.analysis.model``). Input it cannot use (a missing, truncated or
-foreign log, a run cut short, an older run format, runs of several datasets without
-``--allow-mixed``) is one line each on stderr and a gap stated in the report, which is made
-from the rest; the exit code is then 1.
+the scaling model (``hpcio.analysis.model``). ``--prediction DIR`` (the ``-o`` of
+``python -m hpcio.simulate predict``) adds its simulated curve per reader beside the
+measured points, with its held-out validation error, ``prediction.png`` and
+``table-prediction.csv``; a prediction directory it cannot use is refused in one line before
+anything is written. Input it cannot use (a missing, truncated or foreign log, a run cut
+short, an older run format, runs of several datasets without ``--allow-mixed``) is one line
+each on stderr and a gap stated in the report, which is made from the rest; the exit code
+is then 1.
 """
 
 import os
@@ -48,6 +53,11 @@ def build_parser():
                         "benchmarks/bench_pfs.py): drawn as the limit in bandwidth.png and "
                         "bounding the model's predictions (default: no limit drawn; the "
                         "model uses the most any analysed run delivered, a lower bound)")
+    p.add_argument("--prediction", metavar="DIR", default=None,
+                   help="a directory written by python -m hpcio.simulate predict -o DIR: "
+                        "its simulated stall, AU, samples/s and MiB/s per reader and rank "
+                        "count go into the scaling part (figure prediction.png, "
+                        "table-prediction.csv) with their validation error")
     p.add_argument("--no-drishti", action="store_true",
                    help="do not run drishti on the logs even when it is installed")
     return p
@@ -85,6 +95,7 @@ def main(argv=None):
     a = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:  # matplotlib: the [analysis] extra (see hpcio/__init__.py)
         from .analysis.report import FORMATS, analyse, write
+        from .analysis.prediction import load_prediction
     except ImportError as e:
         raise HpcioError(f"{e.name or e} is missing: pip install 'hpcio[analysis]'") from None
 
@@ -93,6 +104,7 @@ def main(argv=None):
     if bad:
         raise HpcioError(f"--format {a.format}: unknown {', '.join(bad)} (choose from "
                          f"{', '.join(FORMATS)})")
+    prediction = load_prediction(a.prediction) if a.prediction else None
     out = os.path.abspath(a.out)
     if os.path.exists(out) and not os.path.isdir(out):
         raise HpcioError(f"-o {a.out}: exists and is not a directory")
@@ -111,6 +123,7 @@ def main(argv=None):
         raise HpcioError(f"-o {a.out}: {e.strerror}") from None
     analysis = analyse(runs, problems, notes, baseline=a.baseline,
                        allow_mixed=a.allow_mixed, storage_mibs=a.storage_mibs,
+                       prediction=prediction,
                        drishti_dir=None if a.no_drishti else os.path.join(out, "drishti"))
     files = write(analysis, out, formats)
     for p in analysis.problems:

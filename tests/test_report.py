@@ -4,6 +4,7 @@ only when one was measured and given. Run directories: the real runs of
 ../shared/fixtures/hpcio-runs, some made slower step by step, their summaries made again
 by the trainer's own functions."""
 
+import csv
 import json
 import os
 import re
@@ -12,6 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
+from common.mpi import run_py
 from hpcio.analysis.report import analyse, write
 from hpcio.analysis.runs import load
 from hpcio.analysis.summary import summarize
@@ -222,3 +224,140 @@ def test_storage_limit_is_drawn_only_when_given(tmp_path):
         doc = json.load(f)
     assert doc["storage_mibs"] == 1862
     assert all(m["bagg"] == 1862 * 2 ** 20 for m in doc["models"].values())
+
+
+# --- a prediction of hpcio.simulate beside the runs ------------------------------------
+
+
+def _md_table(md, header):
+    """The rows of the markdown table whose header line starts with ``header``."""
+    lines = md.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith(header))
+    rows = []
+    for ln in lines[at + 2:]:
+        if not ln.startswith("|"):
+            break
+        rows.append([c.strip() for c in ln.strip("|").split("|")])
+    return rows
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_prediction_beside_the_runs(tmp_path):
+    """hpcio.simulate predict on the recorded runs, then --prediction: the section names
+    each reader's held-out errors (or "unvalidated"), the table's numbers are
+    prediction.json's, the figure and the CSV are written, and the headline and dominant
+    mechanism appear when the prediction has them."""
+    _fixtures()
+    from hpcio.simulate.engine import available
+    ok, why = available()
+    if not ok:
+        pytest.skip(why)
+    names = [f"pfs-inet-lmdb-{r}-n{n}" for r in ("naive", "coordinated") for n in (1, 2, 4)]
+    pred = tmp_path / "pred"
+    run_py(["-m", "hpcio.simulate", "predict", "--platform",
+            os.path.join(ROOT, "platforms", "testbed.yaml"), "--from",
+            *[os.path.join(RUNS, n) for n in names], "--ranks", "1,2,4,8", "-o", pred],
+           timeout=400, cwd=ROOT, check=True)
+    with open(pred / "prediction.json") as f:
+        doc = json.load(f)
+    with open(pred / "validation.json") as f:
+        held = json.load(f)["held_out"]
+    assert held is not None and held["held_out_ranks"] == 4
+    dirs = [_run(n, tmp_path / "in") for n in names]
+    out = tmp_path / "out"
+    assert main(dirs + ["-o", str(out), "--format", "md,html,json", "--no-drishti",
+                        "--storage-mibs", "1862", "--prediction", str(pred)]) == 0
+    md = (out / "report.md").read_text()
+    assert "## Simulated scaling (hpcio.simulate)" in md
+    section = md[md.index("## Simulated scaling"):md.index("## Findings")]
+    for r in held["points"]:
+        assert (f"**{r['reader']}**: simulated at P = 1, 2, 4, 8 (extrapolated past P = 4); "
+                f"held out P=4 (calibrated on P = 1, 2): stall error "
+                f"{100 * r['stall_err_rel']:+.0f}% ({1000 * r['simulated_stall_s']:.2f} "
+                f"against {1000 * r['measured_stall_s']:.2f} ms per step measured), AU "
+                f"{r['au_err_points']:+.1f} points.") in section
+    assert "1,862 MiB/s, --storage-mibs" in section and "unvalidated" not in section
+    assert "![Measured (points" in section and "(prediction.png)" in section
+    assert (out / "prediction.png").stat().st_size > 1000
+    html = (out / "report.html").read_text()
+    assert "<h2>Simulated scaling (hpcio.simulate)</h2>" in html and \
+        html.count("data:image/png;base64,") == len(list(out.glob("*.png")))
+    # the table (markdown), the CSV and summary.json carry prediction.json's numbers
+    points = sorted(doc["points"], key=lambda x: (x["reader"], x["ranks"]))
+    rows = _md_table(md, "| reader | P | stall ms/step (max rank)")
+    assert len(rows) == len(points) == 8
+    for row, pt in zip(rows, points):
+        assert row == [pt["reader"], str(pt["ranks"]), f"{1000 * pt['stall_s_per_step']:.2f}",
+                       f"{pt['au_percent']:.1f}", f"{pt['samples_per_s']:,.1f}",
+                       f"{pt['storage_mib_per_s']:,.1f}", str(pt["extrapolated"]),
+                       str(pt["validated"])]
+        assert pt["extrapolated"] == (pt["ranks"] > 4) and pt["validated"]
+    with open(out / "table-prediction.csv") as f:
+        table = list(csv.DictReader(f))
+    for row, pt in zip(table, points):
+        assert (row["reader"], int(row["ranks"])) == (pt["reader"], pt["ranks"])
+        for k in ("stall_s_per_step", "au_percent", "samples_per_s", "storage_mib_per_s"):
+            assert float(row[k]) == pt[k]
+        assert row["extrapolated"] == str(pt["extrapolated"])
+    with open(out / "summary.json") as f:
+        assert json.load(f)["prediction"]["points"] == points
+
+    # nothing held out, a headline and the dominant mechanism: said so, shown
+    doc["accelerators_supported"] = {"naive": {"ranks": 8, "threshold_au_percent": 90},
+                                     "coordinated": {"ranks": None,
+                                                     "threshold_au_percent": 90}}
+    for pt in doc["points"]:
+        pt["dominant"] = "storage bandwidth" if pt["ranks"] > 4 else "request latency"
+    alt = tmp_path / "alt"
+    alt.mkdir()
+    (alt / "prediction.json").write_text(json.dumps(doc))
+    (alt / "validation.json").write_text(json.dumps({"simulated_back": [], "held_out": None}))
+    assert main(dirs + ["-o", str(tmp_path / "out2"), "--format", "md", "--no-drishti",
+                        "--prediction", str(alt)]) == 0
+    md = (tmp_path / "out2" / "report.md").read_text()
+    section = md[md.index("## Simulated scaling"):md.index("## Findings")]
+    assert ("**Accelerators supported** (simulated: the most ranks whose AU stays at or "
+            "above 90%): coordinated none of those simulated; naive 8.") in section
+    for reader in ("naive", "coordinated"):
+        assert (f"**{reader}**: simulated at P = 1, 2, 4, 8 (extrapolated past P = 4); "
+                f"unvalidated (nothing held out: one rank count to calibrate on). Dominant "
+                f"at P=8: **storage bandwidth**.") in section
+    rows = _md_table(md, "| reader | P | stall ms/step (max rank)")
+    assert [r[-1] for r in rows] == ["request latency"] * 3 + ["storage bandwidth"] + \
+        ["request latency"] * 3 + ["storage bandwidth"]
+    assert "no storage limit drawn" in section
+
+
+BAD_PREDICTIONS = {  # name: (files written into the directory, what the line says)
+    "malformed prediction.json": ({"prediction.json": '{"points": [', "validation.json":
+                                   '{"held_out": null}'},
+                                  "prediction.json: unreadable (Expecting value"),
+    "no validation.json": ({"prediction.json": '{"points": []}'},
+                           "validation.json: missing (python -m hpcio.simulate predict"),
+    "a point without its stall": ({"prediction.json": json.dumps({"points": [
+        {"reader": "naive", "ranks": 1, "au_percent": 50.0, "samples_per_s": 1.0,
+         "storage_mib_per_s": 1.0, "extrapolated": False, "validated": False}]}),
+        "validation.json": '{"held_out": null}'},
+        "prediction.json: points[0].stall_s_per_step: missing"),
+    "no directory": (None, "nope: missing (--prediction takes the -o DIR"),
+}
+
+
+@pytest.mark.mpi
+@pytest.mark.hostile
+@pytest.mark.parametrize("case", sorted(BAD_PREDICTIONS))
+def test_unusable_prediction_is_one_line(tmp_path, case):
+    files, want = BAD_PREDICTIONS[case]
+    pred = tmp_path / "nope"
+    if files is not None:
+        pred.mkdir()
+        for name, text in files.items():
+            (pred / name).write_text(text)
+    (tmp_path / "runs").mkdir()
+    p = run_py(["-m", "hpcio.analyze", tmp_path / "runs", "-o", tmp_path / "out",
+                "--prediction", pred], timeout=60, cwd=ROOT)
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert p.returncode == 2 and len(lines) == 1, p.stderr
+    assert lines[0].startswith(f"hpcio.analyze: error: {pred}") and want in lines[0]
+    assert "Traceback" not in p.stderr and not (tmp_path / "out").exists()

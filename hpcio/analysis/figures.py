@@ -12,7 +12,8 @@ import numpy as np  # noqa: E402
 
 from .model import predict  # noqa: E402
 
-__all__ = ["stall_vs_ranks", "breakdown", "heatmap", "bandwidth", "os_counters", "dxt_steps"]
+__all__ = ["stall_vs_ranks", "breakdown", "heatmap", "bandwidth", "os_counters", "dxt_steps",
+           "simulated"]
 
 _FLOOR = 1e-5  # seconds: where a stall of 0 is drawn on a log axis
 
@@ -58,6 +59,61 @@ def stall_vs_ranks(series, models, path):
     ax.set_ylabel("stall per step, slowest rank (s)")
     ax.set_title("Stall per step against ranks (steady state)")
     ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _curve(ax, pts, color, label, floor=None):
+    """A simulated curve, pts: [(P, value, extrapolated)]: solid with filled markers over
+    the calibrated range, dashed with open markers past it (joined at the last point
+    inside, so the curve stays one line)."""
+    pts = sorted(pts)
+    P = np.array([p[0] for p in pts], float)
+    y = np.array([p[1] for p in pts], float)
+    if floor is not None:
+        y = np.maximum(y, floor)
+    past = np.array([p[2] for p in pts], bool)
+    inside = ~past
+    if inside.any():
+        ax.plot(P[inside], y[inside], "s-", color=color, label=label, ms=4)
+        label = None
+    if past.any():
+        first = max(int(np.argmax(past)) - 1, 0)
+        ax.plot(P[first:], y[first:], "--", color=color, label=label)
+        ax.plot(P[past], y[past], "s", color=color, mfc="none", ms=4)
+
+
+def simulated(stall, mib, curves, limit, path):
+    """Measured against simulated, per reader: stall per step (max rank) and MiB/s against
+    P, log2 x. stall, mib: measured {reader: [(P, median, min, max)]}; curves: {reader:
+    (label, [(P, stall_s, mib_s, extrapolated)])}; limit: the storage's MiB/s as given, or
+    None (then none is drawn, and the plot says so)."""
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.2))
+    readers = sorted(set(curves) | set(stall))
+    for k, reader in enumerate(readers):
+        color = f"C{k}"
+        if stall.get(reader):
+            _ranged(ax, stall[reader], color, f"{reader} (measured)", floor=_FLOOR)
+        if mib.get(reader):
+            _ranged(bx, mib[reader], color, f"{reader} (measured)")
+        if reader in curves:
+            label, pts = curves[reader]
+            _curve(ax, [(p[0], p[1], p[3]) for p in pts], color, label, floor=_FLOOR)
+            _curve(bx, [(p[0], p[2], p[3]) for p in pts], color, f"{reader} (simulated)")
+    if limit:
+        bx.axhline(limit, color="grey", ls=":", label=f"storage limit {limit:,.0f} MiB/s "
+                                                      f"(given)")
+    else:
+        bx.text(0.02, 0.98, "no storage limit drawn: none given (--storage-mibs)",
+                transform=bx.transAxes, fontsize=7, va="top", color="grey")
+    for a in (ax, bx):
+        a.set_xscale("log", base=2)
+        a.set_xlabel("ranks P")
+        a.legend(fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("stall per step, slowest rank (s)")
+    ax.set_title("Stall per step: measured and simulated (dashed: extrapolated)", fontsize=9)
+    bx.set_ylabel("MiB/s, all ranks")
+    bx.set_title("Bandwidth: delivered (measured), storage (simulated)", fontsize=9)
     return _save(fig, path)
 
 

@@ -6,7 +6,9 @@ rules (:mod:`hpcio.analysis.findings`) and compares, for every rank count where 
 baseline reader ran beside another, which of them stalls more and why
 (:mod:`hpcio.analysis.verdict`: medians and ranges over repeats). :func:`write` renders
 that into ``report.md``, a self-contained ``report.html`` (figures inline), one CSV per
-table, the PNGs and ``summary.json``, all inside the report directory.
+table, the PNGs and ``summary.json``, all inside the report directory. Given a prediction
+of ``hpcio.simulate`` (:mod:`hpcio.analysis.prediction`), the scaling part sets its
+simulated curve, with what its validation says of it, beside the measured points.
 """
 
 import base64
@@ -23,12 +25,14 @@ import numpy as np
 from . import figures as fig
 from .findings import RULES, drishti, findings
 from .model import scaling
+from .prediction import headline, prediction_table, short_validation, validation_text
 from .tables import dataset_reads, dxt_shifts, run_figures, table_a, table_b, table_c
 from .verdict import Verdict, compare, heading, spread
 
 __all__ = ["Analysis", "analyse", "write", "FORMATS"]
 
 FORMATS = ("html", "md", "json")
+_PRED_PNG = "prediction.png"  # drawn with its own part of the report, not at the end
 
 
 @dataclass
@@ -45,6 +49,7 @@ class Analysis:
     scaled: list = field(default_factory=list)   # the runs in the scaling part
     drishti: Dict[str, str] = field(default_factory=dict)
     storage_mibs: Optional[float] = None          # measured and given, or None
+    prediction: Optional[object] = None           # prediction.Prediction, or None
 
     @property
     def answers(self):
@@ -217,9 +222,11 @@ def _comparisons(runs, figures, baseline):
 
 
 def analyse(runs, problems=(), notes=(), baseline="naive", allow_mixed=False,
-            storage_mibs=None, drishti_dir=None):
-    """Everything the report says about ``runs`` (see the module docstring)."""
-    problems = list(problems) + [p for r in runs for p in r.problems]
+            storage_mibs=None, drishti_dir=None, prediction=None):
+    """Everything the report says about ``runs`` (see the module docstring); ``prediction``:
+    a :class:`hpcio.analysis.prediction.Prediction` to set beside them, or None."""
+    problems = list(problems) + [p for r in runs for p in r.problems] + \
+        (prediction.gaps if prediction else [])
     notes = list(notes) + [f"{r.name}: {n}" for r in runs for n in r.notes]
     figures = {r.path: run_figures(r) for r in runs}
     scaled = _mixed(runs, allow_mixed, problems)
@@ -227,7 +234,7 @@ def analyse(runs, problems=(), notes=(), baseline="naive", allow_mixed=False,
     models = _models(scaled, figures, storage_mibs)
     a = Analysis(runs, figures, tables, models, findings(runs, figures),
                  _comparisons(runs, figures, baseline), problems, notes, baseline, scaled,
-                 storage_mibs=storage_mibs)
+                 storage_mibs=storage_mibs, prediction=prediction)
     if drishti_dir:
         for r in runs:
             for log in r.logs:
@@ -249,6 +256,26 @@ def _points(a, get):
         if f:
             by.setdefault(r.reader, {}).setdefault(r.ranks, []).append(get(f))
     return {rd: [(P, *spread(v)) for P, v in sorted(ps.items())] for rd, ps in by.items()}
+
+
+def _simulated_figure(a, out):
+    """The prediction's curves over the measured points: (file name, caption)."""
+    pred = a.prediction
+    curves = {rd: (f"{rd} simulated ({short_validation(pred, rd)})",
+                   [(p["ranks"], p["stall_s_per_step"], p["storage_mib_per_s"],
+                     p["extrapolated"]) for p in pred.points if p["reader"] == rd])
+              for rd in pred.readers}
+    path = fig.simulated(_points(a, lambda f: f["stall_max_s"]),
+                         _points(a, lambda f: f["mib_s"]), curves, a.storage_mibs,
+                         os.path.join(out, _PRED_PNG))
+    return path, ("Measured (points: median and range over repeats) and simulated (lines, "
+                  "hpcio.simulate; dashed past the calibrated rank counts) against ranks: "
+                  "stall per step on the slowest rank (left; a stall of 0 drawn at 10 us), "
+                  "MiB/s (right: delivered by the runs, read from storage in the "
+                  "simulation); "
+                  + (f"the dotted line: the storage's limit as given, {a.storage_mibs:,.0f} "
+                     f"MiB/s (--storage-mibs)" if a.storage_mibs else
+                     "no storage limit drawn: none was given (--storage-mibs)"))
 
 
 def _fit_caption(models):
@@ -310,6 +337,8 @@ def _draw(a, out):
                                  os.path.join(out, "heatmap.png")),
                      f"Rank x step stall of the run that stalls most ({worst.name}); "
                      f"log colour scale"))
+    if a.prediction:
+        made.append(_simulated_figure(a, out))
     traced = [r for r in a.runs if r.logs and len(r.logs[0].dxt) and a.figures.get(r.path)
               and all(i and "origin_unix" in i for i in r.rank_info)]
     if traced:  # the run that stalls most, and the one whose traced reads took longest
@@ -377,6 +406,8 @@ def _blocks(a, pngs):
         b.append(("p", "No run with step records: nothing to fit."))
     for name, m in a.models.items():
         b.append(("p", _model_text(name, m)))
+    if a.prediction:
+        b += _prediction_blocks(a, dict(pngs).get(_PRED_PNG))
     b.append(("h", "Findings"))
     if a.findings:
         b.append(("table", _findings_table(a.findings)))
@@ -387,12 +418,53 @@ def _blocks(a, pngs):
     for t in a.tables:
         b += [("h", t.title), ("table", t), ("p", t.note)]
     for name, caption in pngs:
-        b.append(("img", name, caption))
+        if name != _PRED_PNG:
+            b.append(("img", name, caption))
     for path, text in a.drishti.items():
         b += [("h", f"Drishti: {os.path.basename(path)}"), ("pre", text)]
     if a.notes:
         b += [("h", "Notes on the input"), ("ul", a.notes)]
     return b
+
+
+def _prediction_blocks(a, caption):
+    """The simulated scaling: where it comes from, the headline, per reader the curve's
+    range and validation (and the storage's limit against it where one was given), the
+    figure and the table."""
+    pred = a.prediction
+    b = [("h", "Simulated scaling (hpcio.simulate)"),
+         ("p", f"From {pred.path}" + (f" ({pred.fit})" if pred.fit else "") + ". Stall per "
+               f"step: {pred.definition or 'as prediction.json defines it'}. The validation "
+               f"is the simulation's own: calibrated without the largest measured rank "
+               f"count, then predicting it.")]
+    line = headline(pred)
+    if line:
+        b.append(("p", line))
+    items = []
+    for rd in pred.readers:
+        pts = [p for p in pred.points if p["reader"] == rd]
+        inside = [p["ranks"] for p in pts if not p["extrapolated"]]
+        text = (f"**{rd}**: simulated at P = {', '.join(str(p['ranks']) for p in pts)}"
+                + (f" (extrapolated past P = {max(inside)})" if inside and
+                   len(inside) < len(pts) else
+                   " (all extrapolated)" if not inside else "")
+                + f"; {validation_text(pred, rd)}.")
+        top = pts[-1]
+        if top.get("dominant"):
+            text += f" Dominant at P={top['ranks']}: **{top['dominant']}**."
+        if a.storage_mibs:
+            share = top["storage_mib_per_s"] / a.storage_mibs
+            text += (f" At P={top['ranks']} it reads {top['storage_mib_per_s']:,.0f} MiB/s "
+                     f"from storage, {100 * share:.0f}% of the limit given "
+                     f"({a.storage_mibs:,.0f} MiB/s, --storage-mibs)"
+                     + ("; the simulated platform's servers allow more than was measured."
+                        if share > 1 else "."))
+        items.append(text)
+    b.append(("ul", items))
+    if caption:
+        b.append(("img", _PRED_PNG, caption))
+    t = prediction_table(pred)
+    return b + [("table", t), ("p", t.note)]
 
 
 def _model_text(name, m):
@@ -537,7 +609,7 @@ def write(a, out, formats=FORMATS):
     """Write the report into ``out`` (see the module docstring); returns the files."""
     os.makedirs(out, exist_ok=True)
     files = []
-    for t in a.tables:
+    for t in a.tables + ([prediction_table(a.prediction)] if a.prediction else []):
         files.append(os.path.join(out, f"{t.name}.csv"))
         _csv(t, files[-1])
     pngs = [(os.path.basename(p), c) for p, c in _draw(a, out)]
@@ -558,7 +630,11 @@ def write(a, out, formats=FORMATS):
                "comparisons": [{"heading": h, "points": cs} for h, cs in a.comparisons],
                "storage_mibs": a.storage_mibs,
                "models": a.models, "findings": [asdict(f) for f in a.findings],
-               "tables": {t.name: t.rows for t in a.tables}, "drishti": a.drishti}
+               "tables": {t.name: t.rows for t in a.tables}, "drishti": a.drishti,
+               "prediction": None if a.prediction is None else {
+                   "path": a.prediction.path, "fit": a.prediction.fit,
+                   "points": a.prediction.points, "held_out": a.prediction.held_out,
+                   "accelerators_supported": a.prediction.accelerators}}
         with open(files[-1], "w") as f:
             json.dump(_clean(doc), f, indent=1)
     return files

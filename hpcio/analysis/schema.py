@@ -269,6 +269,34 @@ SWEEP = Obj({"runs": (List(Obj({
     "status": (Str, True), "repeat": Opt(Int()), "error": Opt(Str), "run_dir": Opt(Str),
 }, strict=True), drop=True), True)})  # a run's entry half understood is not analysed
 
+# ``python -m hpcio.simulate predict``'s files (``hpcio.analyze --prediction``): the fields
+# the report reads are checked, the rest pass as they are
+_SIM_POINT = Obj({
+    "reader": (Str, True), "ranks": (Int(1, MAX_RANKS), True),
+    "stall_s_per_step": (Num(0), True), "au_percent": (Num(0, 100), True),
+    "samples_per_s": (Num(0), True), "storage_mib_per_s": (Num(0), True),
+    "extrapolated": (Bool, True), "validated": (Bool, True), "dominant": Opt(Str),
+})
+PREDICTION = Obj({
+    "points": (List(_SIM_POINT), True), "fit": Opt(Str), "stall_s_per_step": Opt(Str),
+    "accelerators_supported": Opt(Each(Obj({
+        "ranks": (Opt(Int(1, MAX_RANKS)), True), "threshold_au_percent": (Num(0, 100), True),
+    }))),
+})
+_SIM_ROW = Obj({
+    "reader": (Str, True), "ranks": (Int(1, MAX_RANKS), True),
+    "stall_err_rel": (Num(), True), "au_err_points": (Num(), True),
+    "measured_stall_s": Num(0), "simulated_stall_s": Num(0), "run": Opt(Str),
+})
+VALIDATION = Obj({
+    "simulated_back": Opt(List(_SIM_ROW)),
+    "held_out": (Opt(Obj({
+        "calibrated_on_ranks": (List(Int(1, MAX_RANKS)), True),
+        "held_out_ranks": (Int(1, MAX_RANKS), True), "fit": Opt(Str),
+        "points": (List(_SIM_ROW), True),
+    })), True),
+})
+
 
 def _json(data):
     return json.loads(data.decode("utf-8"))
@@ -285,6 +313,8 @@ SCHEMAS = {
     "summary": (_json, "json", SUMMARY),
     "rank": (_json, "json", RANK),
     "sweep": (_json, "json", SWEEP),
+    "prediction": (_json, "json", PREDICTION),
+    "validation": (_json, "json", VALIDATION),
 }
 _PARSE_ERRORS = (ValueError, yaml.YAMLError, RecursionError)  # UnicodeError is a ValueError
 
