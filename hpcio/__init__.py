@@ -27,8 +27,9 @@ Where things live (one home per concern)::
                 communicators, array broadcasts; mpicompat.py: MPI stacks known to break
     sweep.py    the ``sweep`` command: one train job per point, resumable
     simulate/   the ``simulate`` command: a SimGrid model of the platform (platform files
-                in platforms/), each reader's request pattern, calibrated on runs and
-                validated on held-out rank counts
+                in platforms/) replaying each reader's request pattern (``@pattern``
+                beside the reader), calibrated on runs and validated on held-out rank
+                counts
     mapfault.py  a fault in a mapped shard turned into a line naming the shard
     cli.py, errors.py, fsutil.py, progress.py    argument types, one-line errors, atomic
                 files, progress on rank 0 (a bar on a terminal, plain lines in a log)

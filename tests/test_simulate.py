@@ -200,3 +200,36 @@ def test_grouped_ranks_share_bandwidth_as_ranks_do(monkeypatch):
     assert grouped["group"] == 4 and one["group"] == 1 and one["aggregated"]
     assert grouped["samples_s"] == pytest.approx(one["samples_s"], rel=0.05)
     assert grouped["stall_max_s"] == pytest.approx(one["stall_max_s"], rel=0.05)
+
+
+@pytest.mark.skipif(not os.path.isdir(FIXTURES[0]), reason=f"no recorded runs in {RUNS}")
+@pytest.mark.parametrize("args, want", [
+    (["--also", "naive-cursor"], "a cursor walks keys in order: add :none"),
+    (["--also", "memory"], "no run of reader memory to take it from"),
+    (["--readers", "/nonexistent/fit.yaml"], "cannot read the calibration"),
+])
+def test_bad_prediction_options_one_line(tmp_path, args, want):
+    r = _simulate("predict", "--platform", TESTBED, "--from", FIXTURES[0], "--ranks", "1",
+                  *args, "-o", str(tmp_path / "out"))
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode != 0 and len(lines) == 1, r.stderr
+    assert want in lines[0] and "Traceback" not in r.stderr
+
+
+@needs_simgrid
+@pytest.mark.skipif(not all(os.path.isdir(d) for d in FIXTURES),
+                    reason=f"the recorded testbed runs are not in {RUNS}")
+def test_calibration_carried_to_a_described_platform(tmp_path):
+    """calibrate -o keeps each reader's costs; predict --readers uses them on a described
+    platform without fitting its storage, and says the result is unvalidated."""
+    fit = tmp_path / "fit.yaml"
+    r = _simulate("calibrate", *FIXTURES, "--platform", TESTBED, "-o", str(fit))
+    assert r.returncode == 0, r.stderr
+    lustre = os.path.join(ROOT, "platforms", "lustre-flash.yaml")
+    r = _simulate("predict", "--platform", lustre, "--readers", str(fit), "--from", *FIXTURES,
+                  "--ranks", "4,64", "--records", "100000", "-o", str(tmp_path / "p"))
+    assert r.returncode == 0, r.stderr
+    assert "unvalidated" in r.stdout and "not fitted" in r.stdout
+    pred = json.loads((tmp_path / "p" / "prediction.json").read_text())
+    assert pred["platform"]["storage"]["servers"] == 274       # as described
+    assert not any(p["validated"] for p in pred["points"])

@@ -100,7 +100,8 @@ def headline(pred):
     if not acc:
         return None
     same = len({a["threshold_au_percent"] for a in acc.values()}) == 1
-    parts = [f"{reader} " + (f"{a['ranks']:,}" if a["ranks"] else "none of those simulated")
+    parts = [f"{reader} " + (f"{a['ranks']:,}" + (" or more" if a.get("at_least") else "")
+                             if a["ranks"] else "none of those simulated")
              + ("" if same else f" (AU at or above {a['threshold_au_percent']:g}%)")
              for reader, a in sorted(acc.items())]
     at = f" whose AU stays at or above {next(iter(acc.values()))['threshold_au_percent']:g}%" \

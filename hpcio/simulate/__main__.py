@@ -70,7 +70,7 @@ def _calibrate(args):
                                                      "window_kib": (v["window"] or 0) // 1024}
                                                  for r, v in fit.params.items()},
                           calibrated_on=[os.path.abspath(d) for d in args.runs])
-        atomic_write(args.output, lambda f: f.write(yaml.safe_dump(d, sort_keys=False)))
+        atomic_write(args.output, lambda f: f.write(yaml.safe_dump(d, sort_keys=False).encode()))
         print(f"wrote {args.output}")
     return 0
 
@@ -164,6 +164,7 @@ def _predict(args):
         if top * w.batch > (args.records or w.records):
             raise HpcioError(f"{top} ranks x batch {w.batch} need more than the dataset's "
                              f"{args.records or w.records:,} records: give --records")
+    first = _templates(ws, args.also or [])
     if args.readers:
         params, where = _readers(args.readers)
         missing = sorted({w.label for w in ws} - set(params))
@@ -188,7 +189,6 @@ def _predict(args):
         _print_rows(f"validation, held out: calibrated on P in {held['calibrated_on_ranks']}, "
                     f"predicting P={top}:", held["points"])
     measured_max = max(w.ranks for w in ws)
-    first = _templates(ws, args.also or [])
 
     def simulate_at(pairs):
         cases = [Case(fit.platform.fit_ranks(n), first[r].at(n, args.steps, args.records),
@@ -205,8 +205,8 @@ def _predict(args):
     supported = _accelerators(points, simulate_at, args.au_threshold, fit.platform,
                               measured_max)
     print(f"prediction on {platform.name} (stall/step max-rank as Table A):")
-    print(f"  {'reader':<14} {'P':>6} {'stall s':>9} {'AU %':>6} {'samples/s':>10} "
-          f"{'MiB/s':>8} {'servers %':>9}  dominated by; note")
+    print(f"  {'reader':<20} {'P':>6} {'stall s':>9} {'AU %':>6} {'samples/s':>10} "
+          f"{'MiB/s':>8} {'busiest srv %':>11}  dominated by; note")
     for p in points:
         note = []
         if p["extrapolated"]:
@@ -216,14 +216,14 @@ def _predict(args):
         elif p["aggregated"]:
             note.append(f"aggregated: >{AGGREGATE_ABOVE:,} requests, a rank's step is one "
                         f"request")
-        print(f"  {p['reader']:<14} {p['ranks']:>6} {p['stall_s_per_step']:>9.4f} "
+        print(f"  {p['reader']:<20} {p['ranks']:>6} {p['stall_s_per_step']:>9.4f} "
               f"{p['au_percent']:>6.1f} {p['samples_per_s']:>10.1f} "
-              f"{p['storage_mib_per_s']:>8.1f} {p['server_utilisation_percent']:>9.0f}  "
+              f"{p['storage_mib_per_s']:>8.1f} {p['server_utilisation_percent']:>11.0f}  "
               f"{'; '.join([p['dominant']] + note)}")
     print(f"accelerators supported (the most ranks whose AU stays >= {args.au_threshold:g}%, "
           f"MLPerf Storage's rule):")
     for r, v in sorted(supported.items()):
-        print(f"  {r:<14} {_supported_text(v)}")
+        print(f"  {r:<20} {_supported_text(v)}")
     _write(args.output, fit, platform, points, supported, held)
     return 0
 
@@ -252,11 +252,13 @@ def dominant(f, w, platform, step_s):
     """What sets a simulated point's stall: none (the storage keeps up), the servers'
     bandwidth, stragglers, the per-request latency, read amplification (bytes brought in
     beyond those delivered: read-around, or a cursor's stepped-over records) or the transfer."""
-    util = f["storage_bps"] / (platform.servers * platform.server_bps)
+    util = f["server_utilisation"]
     if f["stall_max_s"] + f["straggler_s"] < 0.01 * step_s:
         return "nothing: the storage keeps up"
     if util >= 0.8:
-        return "server bandwidth"
+        return "server bandwidth" + ("" if f["storage_bps"] >= 0.8 * platform.servers
+                                     * platform.server_bps else " (one server's: the ranks "
+                                     "read the same server at once)")
     if f["straggler_s"] > f["stall_mean_s"]:
         return "stragglers"
     amplified = f["storage_bytes"] / max(f["delivered_bytes"], 1.0)
@@ -274,8 +276,7 @@ def _point(reader, case, f, platform, measured_max, validated):
             "au_percent": f["au_pct"], "samples_per_s": f["samples_s"],
             "storage_mib_per_s": f["storage_bps"] / 2 ** 20,
             "delivered_mib_per_s": f["mib_s"],
-            "server_utilisation_percent": 100 * f["storage_bps"]
-            / (platform.servers * platform.server_bps),
+            "server_utilisation_percent": 100 * f["server_utilisation"],
             "stall_mean_s": f["stall_mean_s"], "straggler_s": f["straggler_s"],
             "step_s": step, "steps": w.steps, "requests": f["requests"],
             "aggregated": f["aggregated"], "group": f["group"], "dominant": dominant(f, w, platform, step),

@@ -73,6 +73,9 @@ def run_cases(cases):
         f["group"] = out["group"]
         f["storage_bytes"] = out["bytes"]
         f["storage_bps"] = out["bytes"] / out["end_s"] if out["end_s"] else 0.0
+        # the busiest server's share of its bandwidth over the run
+        f["server_utilisation"] = float(out["server_bytes"].max()) / out["end_s"] / \
+            case.platform.server_bps if out["end_s"] else 0.0
         res.append(f)
     return res
 

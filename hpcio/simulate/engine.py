@@ -173,6 +173,7 @@ def _deploy(sg, k, case, built, plans, out, barrier):
             srv, nbytes = pattern(w, p, case.params, ids(a, s), cache, state)
             out["requests"] += len(srv)
             out["bytes"] += float(nbytes.sum())
+            out["server_bytes"] += np.bincount(srv, weights=nbytes, minlength=p.servers)
             if aggregate and len(srv):
                 count = np.bincount(srv, minlength=p.servers)
                 total = np.bincount(srv, weights=nbytes, minlength=p.servers)
@@ -199,6 +200,8 @@ def _deploy(sg, k, case, built, plans, out, barrier):
                 _request(sg, case, built, host, parts)
                 out["requests"] += members[a]
                 out["bytes"] += sum(n for _, n in parts)
+                for j, n in parts:
+                    out["server_bytes"][j] += n
                 for _ in range(first, last + 1):
                     ready.release()
                 first = last + 1
@@ -235,6 +238,7 @@ def _run_cases(cases):
         built.append(_build(sg, zone, k, case))
         plans.append(_plan(case))
         outs.append({"requests": 0, "bytes": 0.0,
+                     "server_bytes": np.zeros(case.platform.servers),
                      "aggregated": _estimate_requests(case, plans[-1]) > AGGREGATE_ABOVE})
     zone.seal()
     for k, case in enumerate(cases):

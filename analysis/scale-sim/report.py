@@ -1,0 +1,92 @@
+"""analysis/scale-sim/README.md from the predictions run.sh kept in out/: per platform and
+reader, the stall as a share of the step against ranks, where it crosses 10%, where the
+busiest server saturates, and the accelerators each reader feeds at AU >= 90%."""
+
+import json
+import os
+import sys
+
+PLATFORMS = (("testbed", "the GlusterFS testbed scaled out (8 ranks per 2-core node)"),
+             ("testbed-cursor", "the same, naive `cursor` (to 256 ranks)"),
+             ("lustre-flash", "a described all-flash Lustre (platforms/lustre-flash.yaml), "
+                              "the testbed's fitted reader costs"))
+
+
+def _load(d):
+    with open(os.path.join(d, "prediction.json")) as f:
+        pred = json.load(f)
+    with open(os.path.join(d, "validation.json")) as f:
+        return pred, json.load(f)
+
+
+def _first(points, test):
+    return next((p["ranks"] for p in points if test(p)), None)
+
+
+def _table(pred):
+    by = {}
+    for p in pred["points"]:
+        by.setdefault(p["reader"], []).append(p)
+    ranks = sorted({p["ranks"] for p in pred["points"]})
+    out = ["| reader | " + " | ".join(f"{n:,}" for n in ranks) + " |",
+           "|---|" + "---:|" * len(ranks)]
+    for r, pts in sorted(by.items()):
+        cell = {p["ranks"]: f"{100 * p['stall_s_per_step'] / p['step_s']:.0f}" for p in pts}
+        out.append(f"| {r} | " + " | ".join(cell.get(n, "") for n in ranks) + " |")
+    out += ["", "| reader | stall >= 10% of the step from | busiest server >= 80% from | "
+            "accelerators at AU >= 90% | at the largest P: dominated by |", "|---|---|---|---|---|"]
+    sup = pred.get("accelerators_supported", {})
+    for r, pts in sorted(by.items()):
+        pts = sorted(pts, key=lambda p: p["ranks"])
+        cross = _first(pts, lambda p: p["stall_s_per_step"] >= 0.1 * p["step_s"])
+        sat = _first(pts, lambda p: p["server_utilisation_percent"] >= 80)
+        s = sup.get(r, {})
+        acc = "none" if s.get("ranks") is None else f"{s['ranks']:,}" + (
+            " or more" if s.get("at_least") else "")
+        out.append(f"| {r} | {cross or 'never'} | {sat or 'never'} | {acc} | "
+                   f"{pts[-1]['dominant']} |")
+    return out
+
+
+def main(here):
+    lines = ["# Prediction at scale: naive `get` and `cursor` against coordinated, 1 to 4,096 "
+             "ranks (`hpcio.simulate`)", "",
+             "Made by `analysis/scale-sim/run.sh` (SimGrid; no root, no MPI). Calibrated on the "
+             "recorded GlusterFS testbed runs (2,048 ImageNet-like JPEGs in a 2-shard LMDB, "
+             "500 us per brick request, batch 16 per rank, 20 ms emulated compute, cold; naive "
+             "`get` and coordinated at 1, 2, 4 ranks). Predicted with 1,000,000 records so "
+             "4,096 ranks have a batch each; naive `cursor` and shuffle `none` are predicted "
+             "from the `get` and global-shuffle runs' costs, not calibrated on runs of their "
+             "own. Stall is Table A's stall/step max-rank, here as a % of the step.", ""]
+    for name, what in PLATFORMS:
+        d = os.path.join(here, "out", name)
+        if not os.path.isdir(d):
+            continue
+        pred, val = _load(d)
+        lines += [f"## {what}", "", f"{pred['fit']}.", ""]
+        held = val.get("held_out")
+        if held:
+            errs = ", ".join(f"{p['reader']} {100 * p['stall_err_rel']:+.0f}% stall, "
+                             f"{p['au_err_points']:+.1f} AU points" for p in held["points"])
+            lines += [f"Held out: calibrated on P in {held['calibrated_on_ranks']}, predicting "
+                      f"P={held['held_out_ranks']}: {errs}.", ""]
+        else:
+            lines += ["Unvalidated on this platform (its storage is described, not measured).", ""]
+        lines += ["Stall, % of the step, per rank count:", ""] + _table(pred) + [""]
+    lines += ["## Against LMDBIO's published trend", "",
+              "LMDBIO (Pumma et al.; the abstract carried in shared/papers/002) reports Caffe's "
+              "LMDB read time growing with the number of processes, since every process walks "
+              "the whole database through mmap, while LMDBIO's stays flat, for up to ~20x in "
+              "run time at scale. The simulation reproduces the mechanism: the naive `cursor` "
+              "brings in every record's first page for every rank, its read amplification "
+              "grows with P (the table's dominated-by column), and its stall leaves the step "
+              "far earlier than `get`'s; the coordinated reader's stall stays flat until the "
+              "busiest server saturates. What it does not reproduce: Caffe's own per-process "
+              "CPU costs beyond the testbed's fitted per-sample cost.", ""]
+    with open(os.path.join(here, "README.md"), "w") as f:
+        f.write("\n".join(lines))
+    print(f"wrote {here}/README.md")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__)))
