@@ -279,7 +279,8 @@ def _point(reader, case, f, platform, measured_max, validated):
             "server_utilisation_percent": 100 * f["server_utilisation"],
             "stall_mean_s": f["stall_mean_s"], "straggler_s": f["straggler_s"],
             "step_s": step, "steps": w.steps, "requests": f["requests"],
-            "aggregated": f["aggregated"], "group": f["group"], "dominant": dominant(f, w, platform, step),
+            "aggregated": f["aggregated"], "group": f["group"],
+            "dominant": dominant(f, w, platform, step),
             "extrapolated": w.ranks > measured_max, "validated": validated}
 
 

@@ -21,7 +21,8 @@ from ..errors import HpcioError
 from .engine import Case, simulate
 from .workload import NodeCache
 
-__all__ = ["Fit", "fit_window", "fit_exchange", "calibrate", "simulated_figures", "run_cases", "errors_of",
+__all__ = ["Fit", "fit_window", "fit_exchange", "calibrate", "simulated_figures", "run_cases",
+           "errors_of",
            "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S"]
 
 FLOOR_S = 1e-3

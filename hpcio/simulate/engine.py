@@ -1,13 +1,14 @@
 """The simulation proper, on SimGrid: ranks are actors on compute hosts, servers are hosts
 whose link carries their bandwidth, a star of links joins them, and SimGrid shares each
-link's bandwidth among the flows that cross it (max-min fairness, its CM02 model: no TCP factors, so a
-latency is the platform's, not 13x it).
+link's bandwidth among the flows that cross it (max-min fairness, its CM02 model: no TCP
+factors, so a latency is the platform's, not 13x it).
 
 SimGrid keeps one engine per process, so every :func:`simulate` runs in a forked child;
 many cases (a calibration grid) share one engine run on disjoint hosts, so they cost one
-fork. A case whose per-request events would be too many is aggregated: each rank's step
-becomes one request, its requests' latencies back to back and then its bytes from every
-server at once, and the result says so.
+fork. A case whose per-request events would be too many (or a step of more than
+AGGREGATE_STEP requests: a cursor stepping over thousands of records) is aggregated: each
+rank's step becomes one request, its requests' latencies back to back and then its bytes
+from every server at once, and the result says so.
 """
 
 import os
@@ -29,6 +30,7 @@ INSTALL_HINT = ("SimGrid's Python module is missing: as root run scripts/install
                 "simgrid==4.1 (a cmake + boost build)")
 AGGREGATE_ABOVE = 200_000   # per-request events in one case past which steps are aggregated
 MAX_ACTORS = 256            # ranks simulated one by one; more are grouped (see layout)
+AGGREGATE_STEP = 256        # requests in one rank's step past which that step is aggregated
 FLOPS = 1e9                 # a core's speed: CPU seconds are executed as FLOPS x s
 COLUMNS = ("stall", "wall", "compute", "straggler", "exchange", "records", "nbytes")
 
@@ -107,8 +109,9 @@ def _build(sg, zone, k, case):
 
 def _request(sg, case, built, host, parts, count=1):
     """One request (``count`` of them back to back, aggregated): the per-request service
-    time at each server it reads from, then its bytes from them over the links at once. A server serves ``threads`` requests at a time;
-    the others queue (what makes many ranks' small requests slow down one another)."""
+    time at each server it reads from, then its bytes from them over the links at once. A
+    server serves ``threads`` requests at a time; the others queue (what makes many ranks'
+    small requests slow down one another)."""
     _, servers, queues = built
     held = sorted({j for j, n in parts if n > 0}) if queues else []
     for j in held:                      # in server order: no two requests wait on each other
@@ -174,7 +177,9 @@ def _deploy(sg, k, case, built, plans, out, barrier):
             out["requests"] += len(srv)
             out["bytes"] += float(nbytes.sum())
             out["server_bytes"] += np.bincount(srv, weights=nbytes, minlength=p.servers)
-            if aggregate and len(srv):
+            if len(srv) > AGGREGATE_STEP and not aggregate:
+                out["aggregated"] = True    # said in the result, as for the whole case
+            if (aggregate or len(srv) > AGGREGATE_STEP) and len(srv):
                 count = np.bincount(srv, minlength=p.servers)
                 total = np.bincount(srv, weights=nbytes, minlength=p.servers)
                 used = np.flatnonzero(count)

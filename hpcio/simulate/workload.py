@@ -103,7 +103,8 @@ def workload_from_run(path):
     run = load_run(path)
     fig = run_figures(run)
     if not fig:
-        raise HpcioError(f"{path}: no step recorded ({'; '.join(run.problems[:1]) or 'no rank files'})")
+        why = "; ".join(run.problems[:1]) or "no rank files"
+        raise HpcioError(f"{path}: no step recorded ({why})")
     c = run.config
     reader = c.get("reader", "?")
     opts = c.get("reader_options") or {}
