@@ -240,6 +240,11 @@ def test_cold_on_every_node_and_node_ids_per_rank(up):
         assert (rec["host"], rec["node"], rec["local_rank"]) == (HOSTS[r // PPN], r // PPN,
                                                                   r % PPN), rec
     assert "NOT cold" not in p.stdout + p.stderr
+    # across nodes too collective="auto" reads independently
+    for r in range(NODES * PPN):
+        with open(os.path.join(out, f"rank-{r}.json")) as f:
+            st = json.load(f)["reader_stats"]
+        assert st["collective"] is False and st["collective_calls"] == 0 < st["calls"], st
 
 
 def test_a_node_left_warm_says_so(up):
@@ -324,29 +329,33 @@ def test_a_node_that_dies_mid_run(up):
 
 
 def test_darshan_across_nodes(up):
-    """A Darshan-traced run at 4 nodes x 2 ranks: the log has every rank, its MPI-IO bytes
-    per rank are what each rank's reader read, the POSIX reads are one aggregator's per node
-    (ROMIO's collective buffering), and the DXT reads are aligned to each rank's steps by
-    its own MPI_Init stamp; the node clocks' measured offsets are recorded."""
+    """A Darshan-traced run at 4 nodes x 2 ranks, independent reads (the default): the log
+    has every rank, its MPI-IO bytes per rank are what each rank's reader read, and so are
+    its POSIX bytes; the DXT reads are aligned to each rank's steps by its own MPI_Init
+    stamp; the node clocks' measured offsets are recorded. The same run with collective reads: the
+    POSIX reads are one aggregator's per node (ROMIO's collective buffering), and with a
+    globally shuffled plan they read the holes too, many times the bytes wanted."""
     lib = os.environ.get("HPCIO_DARSHAN") or os.path.join(ROOT, ".darshan", "lib",
                                                           "libdarshan.so")
     if not os.path.exists(lib):
         pytest.skip(f"no Darshan runtime at {lib} (scripts/darshan-local.sh build)")
     from hpcio.analysis.runs import load_run
     from hpcio.analysis.tables import dxt_shifts, exposure
+    from hpcio.measure import darshan
     out = str(up["tmp"] / "traced")
     train(up, out, "--darshan", lib, "--darshan-dxt")
     run = load_run(out)
     assert len(run.logs) == 1
     log = run.logs[0]
     assert log.nprocs == NODES * PPN
-    from hpcio.measure import darshan
     s = darshan.log_summary(glob.glob(os.path.join(out, "darshan", "*.darshan"))[0])
     assert s["partial"] == []
     read = {r: i["reader_stats"]["read_bytes"] for r, i in enumerate(run.rank_info)}
     assert s["bytes_read"]["MPI-IO"] == read
-    posix = {r: b for r, b in s["bytes_read"]["POSIX"].items() if b > 1 << 16}
-    assert sorted(posix) == [k * PPN for k in range(NODES)], s["bytes_read"]["POSIX"]
+    posix = s["bytes_read"]["POSIX"]
+    assert sorted(posix) == sorted(read), s["bytes_read"]
+    for r, b in posix.items():  # rank 0 also reads the index
+        assert read[r] <= b <= read[r] + (1 << 20), s["bytes_read"]
     stamps = [i["mpi_init_unix"] for i in run.rank_info]
     assert max(stamps) - min(stamps) < 30
     shifts = dxt_shifts(run, log)
@@ -356,16 +365,24 @@ def test_darshan_across_nodes(up):
     for i in run.rank_info:
         c = i["clock"]
         assert abs(c["offset_s"]) <= c["rtt_s"] / 2 + 1e-4 and c["rtt_s"] < 0.05, c
+    out = str(up["tmp"] / "collective")
+    train(up, out, "--darshan", lib, "--reader-option", "collective=true")
+    s = darshan.log_summary(glob.glob(os.path.join(out, "darshan", "*.darshan"))[0])
+    posix = {r: b for r, b in s["bytes_read"]["POSIX"].items() if b > 1 << 16}
+    assert sorted(posix) == [k * PPN for k in range(NODES)], s["bytes_read"]["POSIX"]
+    assert sum(posix.values()) > 4 * sum(s["bytes_read"]["MPI-IO"].values()), s
 
 
 def test_node_shared_reader_exactly_once_same_bytes_as_one_node(up):
     """check_readers.py (exactly-once, bytes against the source, same sequence on every
-    reader) at 4 nodes x 2 ranks, with the node-shared coordinated reader; its digests equal
-    those of the same 8 ranks on one node."""
+    reader) at 4 nodes x 2 ranks, with the node-shared coordinated reader and one reading
+    collectively only where the pieces are small (every rank must join the same collective
+    calls); its digests equal those of the same 8 ranks on one node."""
     data = [make_dataset(up["data"], f, e, records=n, shards=2, seed=1).root
             for f, e, n in (("packed", "raw", 61), ("lmdb", "raw", 61), ("hdf5", "png", 53))]
     args = [CHECK, "--data", *data, "--readers",
-            "naive,coordinated,coordinated:shared=true,coordinated:shared=false",
+            "naive,coordinated,coordinated:shared=true,coordinated:shared=false,"
+            "coordinated:collective=small",
             "--batch", "3", "--shuffles", "global", "--epochs", "2"]
     across = srun(up, NODES * PPN, args, timeout=400)
     assert across.returncode == 0, across.stdout + across.stderr

@@ -13,7 +13,7 @@ import pytest
 from hpcio.data.dataset import RecordIndex, open_dataset
 from hpcio.errors import HpcioError
 from hpcio.plan import make_plan
-from hpcio.readers import READERS, make_reader
+from hpcio.readers import READERS, check_options, make_reader
 from hpcio.readers.assemble import clusters, copy_records, gather, layout, merge_runs
 from hpcio.readers.coordinated import request_bounds
 from hpcio.readers.nodeshare import union_reads
@@ -66,6 +66,7 @@ def test_every_format_exactly_once_same_bytes_same_sequence(data, n):
     d = check(n, data, "naive,coordinated,memory,memory:hold=pymem,"
                        "coordinated:mechanism=nonblocking,"
                        "coordinated:collective=true:sieve_gap=0,coordinated:prefetch=0,"
+                       "coordinated:collective=small,"
                        "coordinated:shared=false,coordinated:shared=true:request_bytes=1:"
                        "mechanism=sync",
               "--batch", "3", "--early-stop", "2")
@@ -81,10 +82,12 @@ def test_every_format_exactly_once_same_bytes_same_sequence(data, n):
 @pytest.mark.mpi
 def test_same_seed_same_order_across_runs(data):
     """Two separate jobs (other reader variants, tiny requests, requests without the
-    epoch-start ramp) deliver the same sequences."""
+    epoch-start ramp, nonblocking reads collective only where that pays) deliver the same
+    sequences."""
     a = check(2, data[:2], "coordinated,memory", "--batch", "3", "--drop-last", "yes")
     b = check(2, data[:2], "coordinated:request_bytes=1:collective=true,naive,"
-                           "coordinated:ramp=false",
+                           "coordinated:ramp=false,"
+                           "coordinated:collective=small:mechanism=nonblocking",
               "--batch", "3", "--drop-last", "yes")
     assert a == b and len(a) == 2 * 3 * 2
 
@@ -137,6 +140,39 @@ def test_reader_requests_ramp_up_then_stay_steady(data):
         assert [q.lo for q in reqs] == np.cumsum([0] + sizes[:-1]).tolist()
         assert np.array_equal(np.concatenate([q.ids for q in reqs]), plan.ids)
         assert touched.shape == (len(sizes), 2) and touched.any(axis=1).all()
+
+
+def test_collective_small_reads_collectively_where_the_pieces_are_small(tmp_path):
+    """``collective="small"`` reads a request's file collectively only where the
+    independent reads would be several small pieces in a span at most 16x their bytes:
+    under a global shuffle, the requests of 128 to 512 of the 2,000 784-byte records
+    (smaller ones are sparser; 1,024 records are read through the holes in one piece),
+    none of an unshuffled plan's (one piece per file); the same bytes either way.
+    ``"auto"`` reads independently; the option takes small, nothing else."""
+    ds = open_dataset(make_dataset(tmp_path, "packed", "raw", records=2000, shards=2,
+                                   seed=1).root)
+    got = {}
+    for shuffle, how in (("global", "small"), ("none", "small"), ("global", "auto"),
+                         ("global", True)):
+        plan = make_plan(ds.records, 1, 0, 4, shuffle=shuffle)
+        with make_reader("coordinated", ds, None, collective=how) as r:
+            reqs, files = r._prepare(plan)
+            got[shuffle, how] = b"".join(bytes(b.data) for b in r.batches(plan))
+            st = r.stats
+            assert r.collective == {"small": "small", "auto": False, True: True}[how]
+            assert r.hints.get("romio_ds_read") == (None if how is True else "disable")
+        if how == "small":
+            assert st.collective_calls == files.sum() < st.calls
+            pays = [len(q.ids) for q, f in zip(reqs, files) if f.any()]
+            assert pays == ([128, 256, 512] if shuffle == "global" else []), pays
+        else:
+            assert st.collective_calls == (st.calls if how is True else 0) and st.calls
+    assert got["global", "small"] == got["global", "auto"] == got["global", True]
+    assert check_options("coordinated", {"collective": "Small"}) == {"collective": "small"}
+    for bad in ({"collective": "some"}, {"collective": 2}):
+        with pytest.raises(HpcioError, match=r"collective=('some'|2) is not true, false, "
+                                             r"small or auto"):
+            make_reader("coordinated", ds, None, **bad)
 
 
 def test_memory_pymem_holds_one_bytes_object_per_record(data):

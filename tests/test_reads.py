@@ -75,6 +75,9 @@ def test_neighbours_merge_and_collective_files():
     assert jobs[0].fstart.tolist() == [10] and jobs[0].flen.tolist() == [25]
     assert jobs[0].mdst.tolist() == [0] and jobs[0].mlen.tolist() == [25]
     assert jobs[1].want == 0
+    # collective in file 1 only: this rank's file 0 is still read (independently)
+    jobs, _ = plan_reads(fil, off, ln, dst[:-1], files=np.array([1]))
+    assert [(j.file, j.want) for j in jobs] == [(0, 25), (1, 0)]
     # shuffled order: one file run, memory blocks where neighbours differ
     order = np.array([2, 0, 1])
     dst = layout(ln[order])

@@ -6,7 +6,8 @@ import pytest
 
 from hpcio.plan import make_plan
 from hpcio.readers.base import BufferPool, BufferRing, POOL
-from hpcio.readers.requests import advise_ranges, cut, request_bounds, steady_steps, touched
+from hpcio.readers.requests import MAX_SPAN, SMALL_READ, advise_ranges, collective_pays, \
+    cut, extents, request_bounds, steady_steps, touched
 
 
 @pytest.mark.parametrize("step, want, steps", [
@@ -40,6 +41,85 @@ def test_touched_files_per_request():
                ramp=False)
     assert touched(reqs, rec_file, 4).tolist() == [[1, 0, 0, 0], [0, 1, 1, 0],
                                                   [0, 1, 1, 0]]
+
+
+def test_extents_per_request_and_file():
+    """Per request and file: the span, bytes and pieces of this rank's independent reads
+    (neighbours merged; holes up to ``sieve_gap`` read through when that reads at most
+    ``sieve_ratio`` times the bytes)."""
+    rec_file = np.array([0, 0, 1, 1, 0, 0], dtype=np.int64)
+    offset = np.array([0, 300, 0, 100, 100, 900], dtype=np.int64)
+    length = np.array([100, 50, 100, 20, 100, 100], dtype=np.int64)
+    reqs = cut(np.arange(6, dtype=np.int64), 2, 3, length, steady=1, ramp=False)
+    start, end, nbytes, reads = extents(reqs, rec_file, offset, length, 3)
+    big = np.iinfo(np.int64).max
+    assert start.tolist() == [[0, big, big], [big, 0, big], [100, big, big]]
+    assert end.tolist() == [[350, 0, 0], [0, 120, 0], [1000, 0, 0]]
+    assert nbytes.tolist() == [[150, 0, 0], [0, 120, 0], [200, 0, 0]]
+    assert reads.tolist() == [[2, 0, 0], [0, 1, 0], [2, 0, 0]]  # neighbours: one read
+    # sieving: the first request's 200-byte hole is read through, the third's 700 not
+    start, end, nbytes, reads = extents(reqs, rec_file, offset, length, 3, sieve_gap=200)
+    assert nbytes[0].tolist() == [350, 0, 0] and reads[0].tolist() == [1, 0, 0]
+    assert nbytes[2].tolist() == [200, 0, 0] and reads[2].tolist() == [2, 0, 0]
+
+
+def test_collective_pays_for_small_reads_in_a_span_not_too_wide():
+    # (start, end, nbytes, reads): 4 pieces of 250 bytes on average in a span 4x their
+    # bytes; the same in a span 17x; one piece of 1000 bytes (nothing to merge); two of
+    # 500; nothing read
+    start = np.array([[0, 0, 0, 0, 0]])
+    end = np.array([[4000, 17000, 4000, 4000, 0]])
+    nbytes = np.array([[1000, 1000, 1000, 1000, 0]])
+    reads = np.array([[4, 4, 1, 2, 0]])
+    assert collective_pays(start, end, nbytes, reads, small=250).tolist() == [
+        [False] * 5]
+    assert collective_pays(start, end, nbytes, reads, small=1001).tolist() == [
+        [True, False, False, True, False]]
+    assert SMALL_READ == 16 << 10 and MAX_SPAN == 16
+
+
+def _layout(length, files=2):
+    """Records end to end, an equal share in each file (as datagen writes shards)."""
+    rec_file = np.repeat(np.arange(files), len(length) // files).astype(np.int64)
+    offset = np.zeros(len(length), np.int64)
+    for f in range(files):
+        sel = rec_file == f
+        offset[sel] = np.concatenate([[0], np.cumsum(length[sel])[:-1]])
+    return rec_file, offset
+
+
+def _decide(length, shuffle, ranks, batch, steps, sieve_gap):
+    """Every rank's decision from the reduced extents (as the reader's Allreduces make
+    them), and which (request, file) some rank reads."""
+    rec_file, offset = _layout(length)
+    steady = steady_steps(batch * length.mean(), 4 << 20)
+    ex, used = [], []
+    for r in range(ranks):
+        plan = make_plan(len(length), ranks, r, batch, shuffle=shuffle)
+        reqs = cut(plan.ids[:steps * batch], batch, steps, length, steady)
+        ex.append(extents(reqs, rec_file, offset, length, 2, sieve_gap))
+        used.append(touched(reqs, rec_file, 2))
+    got = collective_pays(np.minimum.reduce([e[0] for e in ex]),
+                          np.maximum.reduce([e[1] for e in ex]),
+                          *(np.add.reduce([e[k] for e in ex]) for k in (2, 3)))
+    return got, np.logical_or.reduce(used)
+
+
+def test_collective_pays_where_measured_on_four_nodes():
+    """The virtual cluster's cases (8 ranks, 2 files; benchmarks/design.md): ~110 KB
+    JPEGs, batch 16, 12 steps, are read independently whatever the shuffle; 784-byte
+    records, batch 64, 100 steps, collectively under a global shuffle once a request
+    spans at most 16x its bytes (the ramp's first requests are sparser), and
+    independently unshuffled (each rank's records are runs of 50 KB)."""
+    jpeg = np.random.default_rng(0).integers(95_000, 125_000, 2048).astype(np.int64)
+    for shuffle in ("global", "chunk", "none"):
+        got, used = _decide(jpeg, shuffle, 8, 16, 12, 0)
+        assert used.any() and not got.any(), shuffle
+    mnist = np.full(60_000, 784, np.int64)
+    got, used = _decide(mnist, "global", 8, 64, 100, 32 << 10)
+    assert used.all() and got.tolist() == [[False] * 2] * 3 + [[True] * 2] * 4
+    got, used = _decide(mnist, "none", 8, 64, 100, 32 << 10)
+    assert used.any() and not got.any()
 
 
 def test_advise_ranges_merge_neighbours_and_skip_small_ones():

@@ -28,9 +28,8 @@ if TYPE_CHECKING:  # annotations only
     from ..plan import Plan
 
 __all__ = ["Batch", "ReaderStats", "Reader", "BufferRing", "READERS", "PATTERNS", "pattern",
-           "register", "faults",
-           "FileCheck", "size_error", "files_are_records", "ThreadIO", "Auto", "convert_option",
-           "MAX_CACHE_FILES", "VERIFY"]
+           "register", "faults", "FileCheck", "size_error", "files_are_records", "ThreadIO",
+           "Auto", "Collective", "convert_option", "MAX_CACHE_FILES", "VERIFY"]
 
 # page-cache residency is measured per epoch for datasets of at most this many files
 # (mincore maps every file: a folder of a million images would take seconds)
@@ -83,6 +82,8 @@ class ReaderStats:
                library readers: the reading thread's ``syscr`` around each batch's
                reads) or MPI-IO read call (``MPI_File_read_at[_all]`` and its
                nonblocking forms); 0 for memory-mapped reads
+    collective_calls  of the calls, the collective MPI-IO reads (``MPI_File_read_at_all``
+               and its nonblocking form)
     opens      files opened (``open``, ``MPI_File_open``, a library's open of a file),
                on set-up and during epochs; not in ``calls``
     records, batches  records and batches delivered
@@ -110,6 +111,7 @@ class ReaderStats:
     bytes: int = 0
     read_bytes: int = 0
     calls: int = 0
+    collective_calls: int = 0
     opens: int = 0
     records: int = 0
     batches: int = 0
@@ -242,6 +244,11 @@ class Auto:
     """Annotation of a reader option that is true, false or ``"auto"``."""
 
 
+class Collective:
+    """Annotation of the coordinated reader's ``collective``: true, false, ``"small"`` or
+    ``"auto"``."""
+
+
 def _flag(v):
     low = v.lower()
     if low in ("1", "true", "yes", "on"):
@@ -255,6 +262,10 @@ def _auto(v):
     return "auto" if v.lower() == "auto" else _flag(v)
 
 
+def _collective(v):
+    return v.lower() if v.lower() in ("auto", "small") else _flag(v)
+
+
 def _mapping(v):
     raise ValueError(v)
 
@@ -262,6 +273,7 @@ def _mapping(v):
 # an option's type (its annotation, else the type of its default) -> (converter, what)
 OPTION_TYPES = {int: (int, "an integer"), float: (float, "a number"),
                 bool: (_flag, "true or false"), Auto: (_auto, "true, false or auto"),
+                Collective: (_collective, "true, false, small or auto"),
                 dict: (_mapping, "a mapping (MPI-IO hints are given with --hint KEY=VALUE)")}
 
 

@@ -5,12 +5,24 @@ library). Each epoch's plan is cut into requests of a few steps
 (:mod:`hpcio.readers.requests`: about ``request_bytes`` per rank, ramped up from one step
 so the first batch comes fast); an I/O thread (:mod:`hpcio.readers.iothread`) reads them
 ``prefetch`` requests ahead into a ring of page-aligned buffers that outlive the reader,
-through one read path chosen once (:mod:`hpcio.readers.paths`: MPI-IO file views,
-collective across nodes and independent on one; per-record files; parallel HDF5; the
-node-shared window), and tells the kernel (``POSIX_FADV_WILLNEED``) what the next
-request will read. Records arrive in plan order, one buffer per request, no copy on the
-way for records of 16 KiB and more. Why each choice, with the measurements:
-``benchmarks/design.md``.
+through one read path chosen once (:mod:`hpcio.readers.paths`: MPI-IO file views;
+per-record files; parallel HDF5; the node-shared window), and tells the kernel
+(``POSIX_FADV_WILLNEED``) what the next request will read. Records arrive in plan order,
+one buffer per request, no copy on the way for records of 16 KiB and more. Why each
+choice, with the measurements: ``benchmarks/design.md``.
+
+Collective or independent reads (``collective``): ``"auto"`` (the default) and ``False``
+read independently, ``True`` every file of every request collectively (ROMIO's two-phase
+I/O). ``"small"`` decides per request and file, the same on every rank: collectively
+where the ranks' independent reads would be several small pieces (under 16 KiB on
+average) lying in a span at most 16 times their bytes
+(:func:`hpcio.readers.requests.collective_pays`), independently elsewhere. Two-phase I/O
+has each node's aggregator read its part of the span whole, holes included, and ship the
+pieces over the network: at 8 ranks on 4 virtual nodes, with ~110 KB JPEGs in a globally
+shuffled plan, the aggregators read 8.8x the bytes wanted and every rank waited a third
+of each step (independently: 8%); an unshuffled plan too read faster independently, and
+784-byte records, read one by one independently, measured the same either way. On one
+node every rank shares the page cache, and two-phase I/O only adds a copy.
 
 A dataset whose records lie compressed in their files (LevelDB's snappy blocks) is
 refused. Stopping an epoch early must happen at the same batch on every rank (the reads in
@@ -26,12 +38,11 @@ from ..data.checksum import batch_ok
 from ..data.dataset import compressed_records
 from ..errors import HpcioError
 from ..mpicompat import check_romio
-from ..mpiutil import node_comm
 from . import h5mpio, paths
-from .base import Auto, Batch, BufferRing, FileCheck, Reader, faults, files_are_records, \
-    pattern, register
+from .base import Auto, Batch, BufferRing, Collective, FileCheck, Reader, faults, \
+    files_are_records, pattern, register
 from .iothread import DONE, IOThread, Job
-from .requests import cut, request_bounds, steady_steps, touched
+from .requests import collective_pays, cut, extents, request_bounds, steady_steps, touched
 
 __all__ = ["CoordinatedReader", "MECHANISMS", "HDF5_PATHS", "MAX_MPI_FILES",
            "request_bounds", "steady_steps", "SIEVE_BELOW"]
@@ -59,7 +70,7 @@ class CoordinatedReader(Reader):
 
     name = "coordinated"
 
-    def __init__(self, dataset, comm, prefetch=2, collective: Auto = "auto",
+    def __init__(self, dataset, comm, prefetch=2, collective: Collective = "auto",
                  hints: dict = None, mechanism: MECHANISMS = "thread",
                  request_bytes=4 << 20, threads=4, sieve_gap: int = None,
                  sieve_ratio=3.0, willneed=True, shared: Auto = False, ramp=True,
@@ -79,11 +90,9 @@ class CoordinatedReader(Reader):
         MPI = _mpi()
         check_romio(MPI)
         world = comm if comm is not None else MPI.COMM_SELF
-        if collective == "auto":  # two-phase I/O pays across nodes, not within one
-            collective = mpio or not _one_node(world)
-        self.collective = bool(collective)
+        self.collective = _collective(collective, mpio)
         self.hints = dict(hints or {})
-        if not self.collective:
+        if self.collective is not True:
             # our requests are already merged runs: sieving would only read the holes
             self.hints.setdefault("romio_ds_read", "disable")
         self.prefetch = max(0, int(prefetch))
@@ -131,20 +140,38 @@ class CoordinatedReader(Reader):
 
     # ---- the epoch ----------------------------------------------------------------
     def _prepare(self, plan):
-        """Cut the plan into requests; agree (collectively) which files each touches."""
+        """Cut the plan into requests; agree (collectively) which files each reads
+        collectively: every file some rank reads (``collective=True``), or those of them
+        where collective reads pay (``"small"``)."""
         MPI = _mpi()
         idx = self.ds.index
         G = steady_steps(plan.batch * self._mean, self.request_bytes)
         reqs = cut(plan.ids, plan.batch, plan.steps, idx.length, G, self.ramp)
-        files = touched(reqs, idx.file, len(idx.files))
-        if self.collective and self.path.name != "files" and self.comm.Get_size() > 1:
+        if not self.collective or self.path.name == "files":
+            self.path.prepare(plan, reqs)
+            return reqs, touched(reqs, idx.file, len(idx.files)).astype(bool)
+        many = self.comm.Get_size() > 1
+        if many:
             ng = len(reqs)
             shape = np.array([ng, -ng], dtype=np.int64)
             self.comm.Allreduce(MPI.IN_PLACE, shape, op=MPI.MAX)
             if shape[0] != -shape[1]:
                 raise HpcioError("ranks execute plans of different lengths (every rank "
                                  "must run the same epoch with the same batch size)")
-            self.comm.Allreduce(MPI.IN_PLACE, files, op=MPI.MAX)
+        if self.collective == "small":
+            start, end, nbytes, reads = extents(reqs, idx.file, idx.offset, idx.length,
+                                                len(idx.files), self.sieve_gap,
+                                                self.sieve_ratio)
+            if many:
+                self.comm.Allreduce(MPI.IN_PLACE, start, op=MPI.MIN)
+                self.comm.Allreduce(MPI.IN_PLACE, end, op=MPI.MAX)
+                for a in (nbytes, reads):
+                    self.comm.Allreduce(MPI.IN_PLACE, a, op=MPI.SUM)
+            files = collective_pays(start, end, nbytes, reads)
+        else:
+            files = touched(reqs, idx.file, len(idx.files))
+            if many:
+                self.comm.Allreduce(MPI.IN_PLACE, files, op=MPI.MAX)
         self.path.prepare(plan, reqs)
         return reqs, files.astype(bool)
 
@@ -341,15 +368,16 @@ class CoordinatedReader(Reader):
             self._ring.clear()  # the buffers go back to the pool, for the next reader
 
 
-def _one_node(comm):
-    """True when every rank of ``comm`` shares one node (one page cache)."""
-    if comm.Get_size() == 1:
-        return True
-    node = node_comm(comm)
-    try:
-        return node.Get_size() == comm.Get_size()
-    finally:
-        node.Free()
+def _collective(collective, mpio):
+    """The reader's ``collective``: ``True``, ``False`` or ``"small"`` (see the module
+    docstring), ``"auto"`` resolved."""
+    if collective not in (True, False, "auto", "small"):
+        raise HpcioError(f"reader option collective={collective!r} is not true, false, "
+                         f"small or auto", everywhere=True)
+    if mpio:  # HDF5's parallel I/O decides its own two-phase reads: one call for all
+        return collective is not False
+    return False if collective == "auto" else \
+        (collective if collective == "small" else bool(collective))
 
 
 def _translate(e):

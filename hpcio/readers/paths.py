@@ -5,8 +5,8 @@ per reader, chosen once (:func:`choose`), each behind the same protocol:
   path exchanges the node's plans);
 * ``advise(r)``: tell the kernel what request ``r`` will read (``POSIX_FADV_WILLNEED``);
 * ``read(r, buf, files, nonblocking)``: request ``r``'s records into ``buf`` in plan
-  order; ``files`` are the files every rank joins (collective reads); ``complete(r)``
-  finishes a nonblocking read;
+  order; ``files`` (bool per file) are the files every rank reads collectively, the others
+  are read independently; ``complete(r)`` finishes a nonblocking read;
 * ``close()``.
 
 =============  ================================================================================
@@ -15,7 +15,8 @@ path           reads
 ``views``      MPI-IO over the index offsets: per file one read through an hindexed file view,
                into place through an hindexed memory type (or, for small records, through
                the holes into a staging buffer and one numpy gather); collective or
-               independent, blocking or nonblocking
+               independent (per request and file with ``collective="small"``), blocking or
+               nonblocking
 ``files``      file per record, or more files than MPI should open: ``open`` + ``preadv``
                per record on worker threads
 ``hdf5``       HDF5's parallel I/O (:mod:`hpcio.readers.h5mpio`)
@@ -118,38 +119,52 @@ class Views(_Path):
 
     def __init__(self, rd):
         super().__init__(rd)
-        self._fh = []
+        self._fh, self._own = [], []
         self._scratch = np.zeros(1, dtype=np.uint8)
         MPI = _mpi()
-        fcomm = rd.comm if rd.collective else MPI.COMM_SELF
-        # nonblocking: one handle per ring slot, a view must not change under a pending read
-        nh = rd.prefetch + 1 if rd.mechanism == "nonblocking" else 1
-        info = mpi_info(rd.hints)
-        try:
-            for p in self.ds.paths:
-                hs = []
-                for _ in range(nh):
-                    try:
-                        hs.append(MPI.File.Open(fcomm, p, MPI.MODE_RDONLY, info))
-                        self.stats.opens += 1
-                    except MPI.Exception as e:
-                        raise HpcioError(f"{p}: MPI-IO cannot open it "
-                                         f"({e.Get_error_string().strip()})",
-                                         everywhere=rd.collective)
-                self._fh.append(hs)
-        finally:
-            if info != MPI.INFO_NULL:
-                info.Free()
+        # collective reads on handles opened by every rank; independent ones on this rank's
+        # own handles: setting a file view is collective over the handle's communicator,
+        # so with collective="small" an independent read cannot use the shared handle
+        self._fh = self._open(rd.comm if rd.collective else MPI.COMM_SELF)
+        self._own = self._open(MPI.COMM_SELF) if rd.collective == "small" else self._fh
         if self._fh:
             self.stats.extra["romio"] = file_hints(self._fh[0][0], (
                 "romio_cb_read", "cb_nodes", "cb_config_list", "cb_buffer_size",
                 "romio_ds_read", "ind_rd_buffer_size"))
 
+    def _open(self, comm):
+        """Every file opened on ``comm``: per file a list of handles (nonblocking: one per
+        ring slot, a view must not change under a pending read)."""
+        MPI, rd = _mpi(), self.rd
+        nh = rd.prefetch + 1 if rd.mechanism == "nonblocking" else 1
+        info = mpi_info(rd.hints)
+        out = []
+        try:
+            for p in self.ds.paths:
+                hs = []
+                out.append(hs)
+                for _ in range(nh):
+                    try:
+                        hs.append(MPI.File.Open(comm, p, MPI.MODE_RDONLY, info))
+                        self.stats.opens += 1
+                    except MPI.Exception as e:
+                        raise HpcioError(f"{p}: MPI-IO cannot open it "
+                                         f"({e.Get_error_string().strip()})",
+                                         everywhere=comm.Get_size() > 1)
+        except BaseException:
+            _close(out)
+            raise
+        finally:
+            if info != MPI.INFO_NULL:
+                info.Free()
+        return out
+
     def read(self, r, buf, files, nonblocking=False):
-        """Per file (every file some rank needs, when collective): one read through a
-        file view over this rank's pieces (:func:`hpcio.readers.reads.plan_reads`), into
-        place through an hindexed memory type, or into a staging buffer and then copied
-        into place with one numpy gather."""
+        """Per file this rank reads and per file read collectively (``files``, which
+        every rank joins): one read through a file view over this rank's pieces
+        (:func:`hpcio.readers.reads.plan_reads`), into place through an hindexed memory
+        type, or into a staging buffer and then copied into place with one numpy
+        gather."""
         MPI, rd = _mpi(), self.rd
         idx = self.ds.index
         ids = r.ids
@@ -159,7 +174,8 @@ class Views(_Path):
         slot = r.slot if nonblocking else 0
         stage = self.stage(slot, staged) if staged else None
         for job in jobs:
-            fh = self._fh[job.file][slot if nonblocking else 0]
+            coll = bool(rd.collective) and bool(files[job.file])
+            fh = (self._fh if coll else self._own)[job.file][slot if nonblocking else 0]
             types, post = [], []
             if not job.want:
                 ft, spec = MPI.BYTE, [self._scratch, 0, MPI.BYTE]
@@ -179,14 +195,15 @@ class Views(_Path):
             fh.Set_view(0, MPI.BYTE, ft)
             self.stats.calls += 1
             self.stats.read_bytes += job.want
+            self.stats.collective_calls += coll
             fix = _chain(post)
             if nonblocking:
-                q = fh.Iread_at_all(0, spec) if rd.collective else fh.Iread_at(0, spec)
+                q = fh.Iread_at_all(0, spec) if coll else fh.Iread_at(0, spec)
                 r.pending.append((q, (job.want, types, fix, job.file)))
                 continue
             st = MPI.Status()
             try:
-                if rd.collective:
+                if coll:
                     fh.Read_at_all(0, spec, st)
                 else:
                     fh.Read_at(0, spec, st)
@@ -221,13 +238,10 @@ class Views(_Path):
                              f"match the data)")
 
     def close(self):
-        for hs in self._fh:
-            for fh in hs:
-                try:
-                    fh.Close()
-                except Exception:
-                    pass
-        self._fh = []
+        _close(self._fh)
+        if self._own is not self._fh:
+            _close(self._own)
+        self._fh, self._own = [], []
         super().close()
 
 
@@ -361,6 +375,16 @@ def choose(rd, mpio, filewise, shared, mean_record, share_min):
             return NodeShared(rd, node)
         node.Free()
     return Views(rd)
+
+
+def _close(handles):
+    """Close MPI file handles (lists of them per file), whatever their state."""
+    for hs in handles:
+        for fh in hs:
+            try:
+                fh.Close()
+            except Exception:
+                pass
 
 
 def _noop():

@@ -51,12 +51,12 @@ def plan_reads(rec_file, rec_offset, rec_length, dst, files=None, sieve_gap=0,
     """The reads of one request: ``rec_file``, ``rec_offset``, ``rec_length`` of its
     records (plan order) and ``dst``, each record's place in the request buffer.
 
-    One :class:`ReadJob` per file this rank reads, or per file in ``files`` (file numbers
-    every rank joins for collective reads, some perhaps with nothing to read). Records are
-    sorted by offset and neighbours merged into pieces; pieces at most ``sieve_gap`` apart
-    are read as one range into a staging buffer when that reads at most ``sieve_ratio``
-    times the bytes needed (many tiny reads become a few large ones). Returns (jobs,
-    staging bytes needed)."""
+    One :class:`ReadJob` per file this rank reads and per file in ``files`` (file numbers
+    every rank joins for collective reads, some perhaps with nothing to read), in file
+    order. Records are sorted by offset and neighbours merged into pieces; pieces at most
+    ``sieve_gap`` apart are read as one range into a staging buffer when that reads at
+    most ``sieve_ratio`` times the bytes needed (many tiny reads become a few large ones).
+    Returns (jobs, staging bytes needed)."""
     order = np.lexsort((rec_offset, rec_file))
     fs = rec_file[order]
     nfiles = int(rec_file.max()) + 1 if len(rec_file) else 0
@@ -64,7 +64,7 @@ def plan_reads(rec_file, rec_offset, rec_length, dst, files=None, sieve_gap=0,
         nfiles = max(nfiles, int(np.max(files)) + 1 if len(files) else 0)
     cuts = np.searchsorted(fs, np.arange(nfiles + 1))
     jobs, staged = [], 0
-    for j in (np.unique(fs) if files is None else files):
+    for j in (np.unique(fs) if files is None else np.union1d(fs, files)):
         j = int(j)
         sel = order[cuts[j]:cuts[j + 1]] if j < nfiles else order[:0]
         o, d, n = rec_offset[sel], dst[sel], rec_length[sel]

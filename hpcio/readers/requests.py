@@ -9,8 +9,16 @@ A *request* is a group of consecutive steps read at once. Its size is about
 import numpy as np
 
 from .assemble import layout
+from .reads import plan_reads
 
-__all__ = ["Request", "steady_steps", "request_bounds", "cut", "touched", "advise_ranges"]
+__all__ = ["Request", "steady_steps", "request_bounds", "cut", "touched", "extents",
+           "collective_pays", "SMALL_READ", "MAX_SPAN", "advise_ranges"]
+
+#: ``collective="small"`` reads a request's file collectively where the ranks' independent
+#: reads of it would average fewer bytes than this (:func:`collective_pays`)...
+SMALL_READ = 16 << 10
+#: ... and the span two-phase I/O reads there is at most this many times those bytes
+MAX_SPAN = 16
 
 
 def steady_steps(step_bytes, request_bytes):
@@ -73,6 +81,49 @@ def touched(reqs, rec_file, nfiles):
     for r in reqs:
         out[r.g, rec_file[r.ids]] = 1
     return out
+
+
+def extents(reqs, rec_file, rec_offset, rec_length, nfiles, sieve_gap=0, sieve_ratio=3.0):
+    """What this rank's independent reads of each file in each request would be (the
+    pieces :func:`hpcio.readers.reads.plan_reads` makes with these sieving settings):
+    ``(start, end, nbytes, reads)``, int64 ``(requests, files)`` matrices of the lowest
+    offset, the highest end, the bytes read and the pieces read (``start`` the int64
+    maximum and ``end`` 0 where it reads nothing). Reduced over the ranks (minimum,
+    maximum, sum, sum), the input of :func:`collective_pays`."""
+    start = np.full((len(reqs), nfiles), np.iinfo(np.int64).max, dtype=np.int64)
+    end = np.zeros((len(reqs), nfiles), dtype=np.int64)
+    nbytes = np.zeros((len(reqs), nfiles), dtype=np.int64)
+    reads = np.zeros((len(reqs), nfiles), dtype=np.int64)
+    for r in reqs:
+        jobs, _ = plan_reads(rec_file[r.ids], rec_offset[r.ids], rec_length[r.ids],
+                             r.off[:-1], None, sieve_gap, sieve_ratio)
+        for job in jobs:
+            if job.want:
+                g, j = r.g, job.file
+                start[g, j] = job.fstart[0]
+                end[g, j] = int((job.fstart + job.flen).max())
+                nbytes[g, j], reads[g, j] = job.want, len(job.fstart)
+    return start, end, nbytes, reads
+
+
+def collective_pays(start, end, nbytes, reads, small=SMALL_READ, max_span=MAX_SPAN):
+    """Where a collective read pays: ``(requests, files)`` bool, from the ranks' reduced
+    :func:`extents`: true where the independent reads would be several small pieces
+    (fewer than ``small`` bytes per piece on average) and the span from the lowest
+    ``start`` to the highest ``end`` is at most ``max_span`` times their bytes.
+
+    ROMIO's two-phase read has each node's aggregator read its part of that span whole,
+    holes included (in ``cb_buffer_size`` rounds, skipping only rounds with nothing
+    wanted), and ship the pieces over the network: it trades the span's bytes and the
+    shipping for fewer, larger reads, which is what it is for: many small pieces in a span
+    not much wider than them. Measured at 8 ranks on 4 nodes of the virtual cluster
+    (``benchmarks/design.md``): with ~110 KB records it never paid, dense (unshuffled) or
+    not (globally shuffled: the aggregators read 8.8x the bytes wanted); with 784-byte
+    records in a globally shuffled plan (one read per record otherwise) it measured the
+    same as independent reads, and lost for an unshuffled one. A pure function of the
+    reduced extents, so every rank decides alike, as the collective calls need."""
+    span = end - start
+    return (reads > 1) & (nbytes < small * reads) & (max_span * nbytes >= span)
 
 
 def advise_ranges(rec_file, rec_offset, rec_length, gap, min_bytes=64 << 10, max_calls=1024):
