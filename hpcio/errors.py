@@ -38,11 +38,28 @@ class HpcioError(Exception):
 
     ``everywhere=True`` says every rank raises the same error (bad flags, a check whose
     result was broadcast): then only rank 0 prints it, so 64 ranks give one message.
+    ``once`` names a file that ranks meeting the same failure at once, with no rank 0 to
+    speak for them (a node gone), race to create: the first prints, the others only end.
     """
 
-    def __init__(self, message, everywhere=False):
+    def __init__(self, message, everywhere=False, once=None):
         super().__init__(message)
         self.everywhere = everywhere
+        self.once = once
+
+
+def _first_to_say(path):
+    """True unless another rank already created ``path`` (see HpcioError's ``once``); a
+    file that cannot be made lets every rank speak."""
+    if path is None:
+        return True
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
 
 
 class Interrupted(KeyboardInterrupt):
@@ -188,8 +205,8 @@ def guard(main, prog="hpcio"):
         code = main()
     except HpcioError as e:
         rank, size, comm = _world()
-        if rank == 0 or not e.everywhere:
-            if rank > 0:
+        if (rank == 0 or not e.everywhere) and _first_to_say(e.once):
+            if rank > 0 and e.once is None:
                 # ranks often meet the same failure together (a shard that changed):
                 # rank 0 speaks and aborts first, so the job prints one line
                 time.sleep(1.0)

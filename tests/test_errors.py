@@ -28,3 +28,15 @@ def test_a_rank_that_does_not_come_cannot_hold_the_job():
     assert p.returncode == 2, p.stderr
     assert p.stderr.splitlines()[0] == "guard-test: error: the same failure everywhere"
     assert 2 <= took < 30, took
+
+
+@pytest.mark.mpi
+def test_a_failure_met_by_every_rank_at_once_is_said_once(tmp_path):
+    """Ranks that lose a peer together (a node gone) race to create one file: the first
+    says it, the others end without a word; the job still ends non-zero."""
+    said = tmp_path / "said"
+    p = run_mpi(4, [SCRIPT, "once", said], timeout=60)
+    assert p.returncode != 0, p.stderr
+    ours = [ln for ln in p.stderr.splitlines() if ln.startswith("guard-test")]
+    assert len(ours) == 1 and "lost its peer" in ours[0], p.stderr
+    assert said.exists()

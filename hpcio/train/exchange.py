@@ -101,7 +101,7 @@ class GlooExchange(NoExchange):
 
     name = "gloo"
 
-    def __init__(self, world, nbytes):
+    def __init__(self, world, nbytes, said=None):
         import torch
         import torch.distributed as td
         from .dist import init_process_group
@@ -110,6 +110,7 @@ class GlooExchange(NoExchange):
         self.buf = torch.zeros(math.ceil(nbytes / GRAD_BYTES), dtype=torch.float32) \
             if nbytes else None
         self.hosts = _addresses(world)
+        self.said = said
 
     def __call__(self, arrived):
         try:
@@ -118,7 +119,7 @@ class GlooExchange(NoExchange):
             if self.buf is not None:
                 self.td.all_reduce(self.buf)
         except RuntimeError as e:  # gloo's lost peer: say which node, in one line
-            raise HpcioError(lost_peer(str(e), self.hosts) or str(e)) from None
+            raise HpcioError(lost_peer(str(e), self.hosts) or str(e), once=self.said) from None
         return t, _now()
 
     def close(self):
@@ -132,7 +133,7 @@ class MpiExchange(NoExchange):
 
     name = "mpi"
 
-    def __init__(self, world, nbytes):
+    def __init__(self, world, nbytes, said=None):
         from mpi4py import MPI
         self.MPI = MPI
         self.comm = world.comm.Dup()
@@ -194,13 +195,14 @@ def check_fits(nbytes, world):
         raise HpcioError(problem, everywhere=True)
 
 
-def make_exchange(nbytes, via, world):
+def make_exchange(nbytes, via, world, said=None):
     """The exchange of ``nbytes`` per step over ``via`` (collective); :class:`NoExchange`
-    for None or a single rank."""
+    for None or a single rank. ``said``: the file the first rank to lose a peer creates,
+    so a node gone is one line for the job (the run directory, shared by the nodes)."""
     if nbytes is None or world.size == 1:
         return NoExchange()
     try:
-        return TRANSPORTS[via](world, nbytes)
+        return TRANSPORTS[via](world, nbytes, said)
     except KeyError:
         raise HpcioError(f"unknown --exchange-via {via!r} (choose from "
                          f"{', '.join(TRANSPORTS)})", everywhere=True)

@@ -316,7 +316,8 @@ def setup(args):
 
     wd.mark("the gradient exchange's set-up (collectives)")
     dist = make_dist(dist_name, world, device)
-    exchange = make_exchange(exchange_info["bytes"], exchange_info["via"], world)
+    exchange = make_exchange(exchange_info["bytes"], exchange_info["via"], world,
+                             said=os.path.join(out.path, ".lost-peer-said"))
     model = model.to(device)
     wd.mark("the optimiser's set-up (its first use imports torch's compiler, seconds)")
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
