@@ -291,7 +291,7 @@ def test_prediction_beside_the_runs(tmp_path):
         assert row == [pt["reader"], str(pt["ranks"]), f"{1000 * pt['stall_s_per_step']:.2f}",
                        f"{pt['au_percent']:.1f}", f"{pt['samples_per_s']:,.1f}",
                        f"{pt['storage_mib_per_s']:,.1f}", str(pt["extrapolated"]),
-                       str(pt["validated"])]
+                       str(pt["validated"])] + ([pt["dominant"]] if "dominant" in pt else [])
         assert pt["extrapolated"] == (pt["ranks"] > 4) and pt["validated"]
     with open(out / "table-prediction.csv") as f:
         table = list(csv.DictReader(f))

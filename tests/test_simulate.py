@@ -233,3 +233,14 @@ def test_calibration_carried_to_a_described_platform(tmp_path):
     pred = json.loads((tmp_path / "p" / "prediction.json").read_text())
     assert pred["platform"]["storage"]["servers"] == 274       # as described
     assert not any(p["validated"] for p in pred["points"])
+
+
+def test_cold_runs_empty_the_node_cache_each_epoch():
+    """--cache cold evicts before every epoch: a second epoch faults in what the first did;
+    a warm one finds it resident."""
+    from hpcio.simulate.calibrate import _faults_per_sample
+    p = load_platform(TESTBED)                  # one node, a 4 GiB cache
+    w = _workload(ranks=4, batch=8, records=4 * 8 * 3, steps=6, shuffle="global")
+    warm, cold = (_faults_per_sample(w.__class__(**{**w.__dict__, "cold": c}), p, 64 << 10)
+                  for c in (False, True))
+    assert cold == pytest.approx(2 * warm)

@@ -45,7 +45,8 @@ def _fit_line(fit):
     xch = f"; allreduce {p.exchange_bps / 1e6:.0f} MB/s per rank" if p.exchange_bps else ""
     return (f"fitted: latency {p.latency_s * 1e6:.0f} us/request, "
             f"{p.server_threads or 'unlimited'} served at once, {p.server_bps / 1e6:.0f} MB/s "
-            f"per server{xch}; {per}")
+            f"per server, {p.client_threads or 'any number of'} request(s) out per node's "
+            f"client{xch}; {per}")
 
 
 def _print_rows(title, rows):
@@ -174,10 +175,12 @@ def _predict(args):
         held, top = None, max(w.ranks for w in ws)
         print(f"readers' costs from {args.readers} (calibrated on {len(where)} runs); "
               f"{platform.name}'s storage as its file describes it, not fitted")
-        print(_fit_line(fit).replace("fitted", "used"))
+        fit_text = _fit_line(fit).replace("fitted", f"used (from {args.readers})")
+        print(fit_text)
     else:
         fit = calibrate(ws, platform)
-        print(_fit_line(fit))
+        fit_text = _fit_line(fit)
+        print(fit_text)
         _print_rows("validation, measured points simulated back:", fit.residuals)
         held, top = _held_out(ws, platform)
     if held is None and args.readers:
@@ -224,7 +227,7 @@ def _predict(args):
           f"MLPerf Storage's rule):")
     for r, v in sorted(supported.items()):
         print(f"  {r:<20} {_supported_text(v)}")
-    _write(args.output, fit, platform, points, supported, held)
+    _write(args.output, fit, fit_text, points, supported, held)
     return 0
 
 
@@ -236,10 +239,10 @@ def _supported_text(v):
             + (", extrapolated" if v["extrapolated"] else ""))
 
 
-def _write(out, fit, platform, points, supported, held):
+def _write(out, fit, fit_text, points, supported, held):
     os.makedirs(out, exist_ok=True)
     atomic_json(os.path.join(out, "prediction.json"), {
-        "platform": platform_dict(fit.platform), "fit": _fit_line(fit),
+        "platform": platform_dict(fit.platform), "fit": fit_text,
         "stall_s_per_step": "Table A's stall/step max-rank (tables.run_figures stall_max_s), "
                             "each epoch's first step left out",
         "accelerators_supported": supported, "points": points})

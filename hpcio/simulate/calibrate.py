@@ -29,6 +29,7 @@ FLOOR_S = 1e-3
 LATENCY_X = (0.25, 0.5, 1.0)          # x the platform file's latency
 BANDWIDTH_X = (1.0, 2.0, 4.0)          # x its bandwidth per server
 CPU_S = (0.0, 2.5e-4, 5e-4, 1e-3)      # per sample
+CLIENTS = (1, 0)                       # a node's client: one request at a time, or any
 WINDOWS = tuple(int(2 ** (k / 2)) for k in range(32, 44))   # 64 KiB .. 2.8 MiB
 
 
@@ -107,6 +108,8 @@ def _faults_per_sample(w, platform, window):
     for s in range(w.steps):
         for r in range(w.ranks):
             cache = caches[r // platform.ranks_per_node] if platform.cache_bytes else None
+            if w.cold and cache is not None:
+                cache.enter(s // w.steps_per_epoch)
             faults += len(w.pattern[1](w, platform, params, plans[r][s], cache, states[r])[0])
     return faults / (w.ranks * w.steps * w.batch)
 
@@ -148,10 +151,12 @@ def calibrate(workloads, platform):
     window = {r: fit_window([w for w in workloads if w.label == r], platform)
               if kinds[r] == "demand" else None for r in kinds}
     platform = fit_exchange(workloads, platform)
-    grid = [(lx, bx, cpu) for lx in LATENCY_X for bx in BANDWIDTH_X for cpu in CPU_S]
+    grid = [(lx, bx, ct, cpu) for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS
+            for cpu in CPU_S]
     cases = []
-    for lx, bx, cpu in grid:
-        p = platform.with_storage(platform.latency_s * lx, platform.server_bps * bx)
+    for lx, bx, ct, cpu in grid:
+        p = platform.with_storage(platform.latency_s * lx, platform.server_bps * bx,
+                                  client_threads=ct)
         for w in workloads:
             cases.append(Case(p, w, {"cpu_s": cpu, "window": window[w.label]}))
     figs = run_cases(cases)
@@ -160,7 +165,7 @@ def calibrate(workloads, platform):
     for case, f in zip(cases, figs):
         w = case.workload
         key = (case.platform.latency_s, case.platform.server_bps,
-               case.platform.server_threads)
+               case.platform.server_threads, case.platform.client_threads)
         e = _rel(f["stall_max_s"], w.measured["stall_max_s"]) ** 2
         score.setdefault(key, {}).setdefault(w.label, {}).setdefault(
             case.params["cpu_s"], 0.0)
@@ -173,7 +178,7 @@ def calibrate(workloads, platform):
     for case, f in zip(cases, figs):
         w = case.workload
         if (case.platform.latency_s, case.platform.server_bps,
-                case.platform.server_threads) == best and \
+                case.platform.server_threads, case.platform.client_threads) == best and \
                 case.params["cpu_s"] == cpu[w.label]:
             fit.residuals.append({"run": w.name, "reader": w.label, "ranks": w.ranks,
                                   "measured_stall_s": w.measured["stall_max_s"],

@@ -107,18 +107,22 @@ def _build(sg, zone, k, case):
     return hosts, servers
 
 
-def _request(sg, case, built, host, parts, count=1):
+def _request(sg, case, built, host, parts, count=1, client=None):
     """One request (``count`` of them back to back, aggregated): the per-request service
     time at each server it reads from, then its bytes from them over the links at once. A
-    server serves ``threads`` requests at a time; the others queue (what makes many ranks'
-    small requests slow down one another)."""
+    server serves ``threads`` requests at a time, a node's client ``client_threads``; the
+    others queue (what makes many ranks' small requests slow down one another)."""
     _, servers, queues = built
     held = sorted({j for j, n in parts if n > 0}) if queues else []
-    for j in held:                      # in server order: no two requests wait on each other
+    if client is not None:              # the node's client first, then servers in order:
+        client.acquire()                # no two requests wait on each other
+    for j in held:
         queues[j].acquire()
     sg.this_actor.sleep_for(case.platform.latency_s * count)
     for j in held:
         queues[j].release()
+    if client is not None:
+        client.release()
     acts = []
     for j, n in parts:
         n = int(n)
@@ -137,6 +141,9 @@ def _deploy(sg, k, case, built, plans, out, barrier):
         built = built[:2] + (None,)
     kind, pattern = w.pattern
     group, per_host = layout(p, w.ranks)
+    # a node's client, when it serves few requests at once (grouped: in the count instead)
+    clients = [sg.Semaphore(p.client_threads) if p.client_threads and group == 1 else None
+               for _ in hosts]
     actors = -(-w.ranks // group)
     members = [min(group, w.ranks - a * group) for a in range(actors)]
     on = [a * group // (p.ranks_per_node * per_host) for a in range(actors)]
@@ -173,6 +180,8 @@ def _deploy(sg, k, case, built, plans, out, barrier):
         state = {}
         for s in range(w.steps):
             t0 = sg.Engine.clock
+            if w.cold and cache is not None:
+                cache.enter(s // w.steps_per_epoch)
             srv, nbytes = pattern(w, p, case.params, ids(a, s), cache, state)
             out["requests"] += len(srv)
             out["bytes"] += float(nbytes.sum())
@@ -183,11 +192,12 @@ def _deploy(sg, k, case, built, plans, out, barrier):
                 count = np.bincount(srv, minlength=p.servers)
                 total = np.bincount(srv, weights=nbytes, minlength=p.servers)
                 used = np.flatnonzero(count)
+                at_once = min(members[a], p.client_threads * per_host or members[a])
                 _request(sg, case, built, host, [(int(j), total[j]) for j in used],
-                         -(-int(count.sum()) // members[a]))  # the group's ranks at once
+                         -(-int(count.sum()) // at_once), clients[on[a]])
             else:
                 for j, n in zip(srv.tolist(), nbytes.tolist()):
-                    _request(sg, case, built, host, [(j, n)])
+                    _request(sg, case, built, host, [(j, n)], 1, clients[on[a]])
             if cpu:
                 sg.this_actor.execute(cpu * members[a] * FLOPS)
             finish(a, s, t0, sg.Engine.clock - t0)
@@ -202,7 +212,7 @@ def _deploy(sg, k, case, built, plans, out, barrier):
             first = 0
             for last, parts in requests:
                 slots.acquire()
-                _request(sg, case, built, host, parts)
+                _request(sg, case, built, host, parts, 1, clients[on[a]])
                 out["requests"] += members[a]
                 out["bytes"] += sum(n for _, n in parts)
                 for j, n in parts:

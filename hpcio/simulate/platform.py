@@ -33,6 +33,7 @@ class Platform:
     network: str = "star"
     cores: int = 0          # per node, shared by its ranks' CPU work; 0 = one per rank
     server_threads: int = 0  # requests a server serves at once, the rest queue; 0 = no limit
+    client_threads: int = 0  # requests a node's file-system client has out at once; 0 = any
     exchange_bps: float = 0.0  # a rank's allreduce bandwidth, calibrated; 0 = the NIC's
 
     def exchange_s(self, ranks, nbytes):
@@ -63,11 +64,13 @@ class Platform:
             out = (off // self.stripe_bytes).astype(np.int64) % self.stripe_count
         return out if out.ndim else int(out)
 
-    def with_storage(self, latency_s, server_bps, server_threads=None):
+    def with_storage(self, latency_s, server_bps, server_threads=None, client_threads=None):
         """The same platform with other storage figures (what calibration varies)."""
         return replace(self, latency_s=float(latency_s), server_bps=float(server_bps),
                        server_threads=self.server_threads if server_threads is None
-                       else int(server_threads))
+                       else int(server_threads),
+                       client_threads=self.client_threads if client_threads is None
+                       else int(client_threads))
 
     def fit_ranks(self, ranks):
         """The platform grown to hold ``ranks`` (more nodes of the same kind): a prediction
@@ -150,7 +153,8 @@ def parse_platform(d, path="platform"):
         cache_bytes=_cache(path, d["client_cache_mib"]),
         network=network,
         cores=_integer(f"{path}: compute", c, "cores") if "cores" in c else 0,
-        server_threads=_threads(path, s.get("threads", "unlimited")))
+        server_threads=_threads(path, s.get("threads", "unlimited")),
+        client_threads=_threads(path, c.get("client_threads", "unlimited")))
     if p.placement == "stripe" and p.stripe_count > p.servers:
         raise HpcioError(f"{path}: storage.stripe_count {p.stripe_count} is more than its "
                          f"{p.servers} servers")
@@ -176,6 +180,7 @@ def platform_dict(p, **extra):
     d = {"name": p.name,
          "compute": {"nodes": p.nodes, "ranks_per_node": p.ranks_per_node,
                      "cores": p.node_cores,
+                     "client_threads": p.client_threads or "unlimited",
                      "nic_mbs": p.nic_bps / 1e6, "nic_latency_us": p.nic_latency_s * 1e6},
          "storage": {"servers": p.servers, "bandwidth_mbs": round(p.server_bps / 1e6, 3),
                      "latency_us": round(p.latency_s * 1e6, 3),

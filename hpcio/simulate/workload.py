@@ -41,6 +41,11 @@ class Workload:
     access: Optional[str] = None     # the reader's access option, where it has one
     exchange_bytes: int = 0          # the gradient exchange's allreduce, per step
     exchange_s: float = 0.0          # its measured transfer, per step (mean)
+    cold: bool = False               # --cache cold: every node's cache emptied each epoch
+
+    @property
+    def steps_per_epoch(self):
+        return max(1, self.records // (self.ranks * self.batch))
 
     @property
     def pattern(self):
@@ -136,7 +141,7 @@ def workload_from_run(path):
                              / int(records)),
         faults_per_sample=faults / got if got else float("nan"),
         dataset=run.dataset, measured=fig, access=access, exchange_bytes=xbytes,
-        exchange_s=xs)
+        exchange_s=xs, cold=c.get("cache") == "cold")
 
 
 class NodeCache:
@@ -146,6 +151,14 @@ class NodeCache:
     def __init__(self, capacity_bytes, window):
         self.slots = math.inf if math.isinf(capacity_bytes) else int(capacity_bytes // window)
         self.pages = OrderedDict()
+        self.epoch = 0
+
+    def enter(self, epoch):
+        """A cold epoch's start: the first of the node's ranks to reach epoch ``epoch``
+        empties the cache (the run evicts every node's cache before each epoch)."""
+        if epoch > self.epoch:
+            self.pages.clear()
+            self.epoch = epoch
 
     def missing(self, windows):
         """The windows of ``windows`` (an int array) not resident, in order; all of them
