@@ -40,19 +40,15 @@ class Fit:
     residuals: List[dict] = field(default_factory=list)
 
 
-def _steps_in_epoch(w):
-    return max(1, w.records // (w.ranks * w.batch))
-
-
 def simulated_figures(case, out):
     """Table A's figures of a simulated case, by the very function that gives a measured
     run's (tables.run_figures), so the two compare like for like."""
     w, c = case.workload, out["columns"]
     actors = c["wall"].shape[0]
-    steps = np.arange(w.steps) % _steps_in_epoch(w)
+    steps = np.arange(w.steps) % w.steps_per_epoch
     zero = np.zeros_like(c["wall"])
     t0 = np.cumsum(c["wall"], axis=1) - c["wall"]
-    cols = {"epoch": np.tile(np.arange(w.steps) // _steps_in_epoch(w), (actors, 1)),
+    cols = {"epoch": np.tile(np.arange(w.steps) // w.steps_per_epoch, (actors, 1)),
             "step": np.tile(steps, (actors, 1)), "t0": t0, "wall": c["wall"],
             "fetch": c["stall"], "prep": zero, "stall_other": zero, "h2d": zero,
             "compute": c["compute"], "straggler_wait": c["straggler"],

@@ -55,7 +55,7 @@ def _plan(case):
     return w.plans()
 
 
-def _estimate_requests(case, plans):
+def _estimate_requests(case):
     w = case.workload
     kind = w.pattern[0]
     if kind == "prefetch":
@@ -254,7 +254,7 @@ def _run_cases(cases):
         plans.append(_plan(case))
         outs.append({"requests": 0, "bytes": 0.0,
                      "server_bytes": np.zeros(case.platform.servers),
-                     "aggregated": _estimate_requests(case, plans[-1]) > AGGREGATE_ABOVE})
+                     "aggregated": _estimate_requests(case) > AGGREGATE_ABOVE})
     zone.seal()
     for k, case in enumerate(cases):
         actors = -(-case.workload.ranks // layout(case.platform, case.workload.ranks)[0])
