@@ -8,6 +8,10 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     packages=find_packages(include=["hpcio", "hpcio.*"]),
+    # files read at run time: Darshan's config, DLIO's workload configs
+    package_data={"hpcio": ["measure/darshan.conf", "workloads/dlio/*.yaml"]},
+    # hpcio COMMAND: every python -m hpcio.<command> behind one name (hpcio/__main__.py)
+    entry_points={"console_scripts": ["hpcio = hpcio.__main__:main"]},
     install_requires=[
         "numpy>=1.24",
         "mpi4py>=3.1",
@@ -29,8 +33,9 @@ setup(
         "gpu": ["nvidia-ml-py"],
         "darshan": ["darshan"],
         "plot": ["matplotlib"],
-        # python -m hpcio.analyze: figures, and Darshan's counters (PyDarshan brings pandas)
-        "analysis": ["matplotlib", "darshan"],
+        # python -m hpcio.analyze: figures, Darshan's counters (PyDarshan brings pandas) and
+        # Drishti's verdicts, read from Drishti's insights as 0.8 keeps them (pinned)
+        "analysis": ["matplotlib", "darshan", "drishti-io==0.8"],
         "test": ["pytest>=7"],
     },
 )

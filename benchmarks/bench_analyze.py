@@ -29,8 +29,9 @@ FIXTURE = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "hpcio-runs"
                        "local-mnist-hdf5-naive-n2")
 sys.path.insert(0, ROOT)
 
-from hpcio.analysis.darshanlog import _DXT_RECORD, _HEADER, _inflate  # noqa: E402
-from hpcio.measure.darshan import _MODULE_IDS  # noqa: E402
+from hpcio.measure.darshanlog import (  # noqa: E402
+    DXT_RECORD_BYTES, HEADER_BYTES, MODULE_IDS, inflate)
+from hpcio.measure.rundir import RunDir  # noqa: E402
 
 # fixed-size records (Darshan 3.5.0): base record (id, rank) + counters
 FIXED = {"POSIX": 704, "MPI-IO": 560, "STDIO": 248}
@@ -50,9 +51,9 @@ def _reranked(raw, size, ranks, old):
 
 def _reranked_dxt(raw, ranks, old):
     recs, pos = [], 0
-    while pos + _DXT_RECORD <= len(raw):
+    while pos + DXT_RECORD_BYTES <= len(raw):
         wc, rc = struct.unpack_from("<qq", raw, pos + 88)
-        end = pos + _DXT_RECORD + 32 * (wc + rc)
+        end = pos + DXT_RECORD_BYTES + 32 * (wc + rc)
         recs.append(raw[pos:end])
         pos = end
     return _reranked_list(recs, ranks, old)
@@ -70,25 +71,25 @@ def widen_log(src, dest, ranks):
         data = f.read()
     name_off, name_len = struct.unpack_from("<QQ", data, 32)
     maps = [struct.unpack_from("<QQ", data, 48 + 16 * i) for i in range(64)]
-    job = bytearray(_inflate(data[_HEADER:name_off], 0, src))
+    job = bytearray(inflate(data[HEADER_BYTES:name_off], 0, src))
     old = struct.unpack_from("<q", job, 40)[0]
     struct.pack_into("<q", job, 40, ranks)
     body = [zlib.compress(bytes(job)), data[name_off:name_off + name_len]]
     new_maps = [(0, 0)] * 64
-    pos = _HEADER + len(body[0]) + len(body[1])
+    pos = HEADER_BYTES + len(body[0]) + len(body[1])
     for i, (off, n) in enumerate(maps):
-        mod = _MODULE_IDS[i] if i < len(_MODULE_IDS) else None
+        mod = MODULE_IDS[i] if i < len(MODULE_IDS) else None
         if not n or (mod not in FIXED and mod not in DXT):
             continue
-        raw = _inflate(data[off:off + n], 0, src)
+        raw = inflate(data[off:off + n], 0, src)
         raw = _reranked(raw, FIXED[mod], ranks, old) if mod in FIXED \
             else _reranked_dxt(raw, ranks, old)
         blob = zlib.compress(raw)
         new_maps[i] = (pos, len(blob))
         body.append(blob)
         pos += len(blob)
-    head = bytearray(data[:_HEADER])
-    struct.pack_into("<QQ", head, 32, _HEADER + len(body[0]), name_len)
+    head = bytearray(data[:HEADER_BYTES])
+    struct.pack_into("<QQ", head, 32, HEADER_BYTES + len(body[0]), name_len)
     for i, (off, n) in enumerate(new_maps):
         struct.pack_into("<QQ", head, 48 + 16 * i, off, n)
     with open(dest, "wb") as f:
@@ -97,22 +98,22 @@ def widen_log(src, dest, ranks):
 
 def widen_run(src, dest, ranks):
     """A copy of run ``src`` with ``ranks`` ranks (see the module docstring)."""
-    os.makedirs(os.path.join(dest, "darshan"))
+    src, dest = RunDir(src), RunDir(dest)
+    os.makedirs(dest.darshan_dir)
     old = 0
-    while os.path.exists(os.path.join(src, f"rank-{old}.npz")):
+    while os.path.exists(src.rank_steps_file(old)):
         old += 1
     for r in range(ranks):
-        for ext in ("npz", "json"):
-            shutil.copy(os.path.join(src, f"rank-{r % old}.{ext}"),
-                        os.path.join(dest, f"rank-{r}.{ext}"))
-    for name in ("env.json", "summary.json"):
-        shutil.copy(os.path.join(src, name), os.path.join(dest, name))
-    with open(os.path.join(src, "config.yaml")) as f:
+        shutil.copy(src.rank_steps_file(r % old), dest.rank_steps_file(r))
+        shutil.copy(src.rank_info_file(r % old), dest.rank_info_file(r))
+    shutil.copy(src.env_file, dest.env_file)
+    shutil.copy(src.summary_file, dest.summary_file)
+    with open(src.config_file) as f:
         text = f.read()
-    with open(os.path.join(dest, "config.yaml"), "w") as f:
+    with open(dest.config_file, "w") as f:
         f.write(text.replace(f"\nranks: {old}\n", f"\nranks: {ranks}\n"))
-    log = [n for n in os.listdir(os.path.join(src, "darshan")) if n.endswith(".darshan")][0]
-    widen_log(os.path.join(src, "darshan", log), os.path.join(dest, "darshan", log), ranks)
+    log = os.path.basename(src.darshan_logs()[0])
+    widen_log(os.path.join(src.darshan_dir, log), os.path.join(dest.darshan_dir, log), ranks)
 
 
 def main():

@@ -7,7 +7,7 @@ bytes on the same file system, in the same run.
 Three figures per format, all in MB/s (10^6 bytes per second) of *record bytes* (the sum
 of the index's lengths: what a reader later delivers, not the format's overhead):
 
-gen MB/s    ``hpcio.data.write.generate`` end to end: rendering the pictures, encoding them,
+gen MB/s    ``hpcio.datagen.write.generate`` end to end: rendering the pictures, encoding them,
             writing the format, fsync/syncfs, finding the record offsets, checksums, and
             writing the manifest and index; record bytes / wall seconds of the call.
 write MB/s  the same ``write_dataset`` call on records rendered and encoded beforehand (kept
@@ -35,7 +35,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from hpcio.cli import ArgumentParser  # noqa: E402
-from hpcio.data.write import Synthetic, block_records, generate, write_dataset  # noqa: E402
+from hpcio.datagen.write import Synthetic, block_records, generate, write_dataset  # noqa: E402
 from hpcio.errors import guard  # noqa: E402
 from hpcio.formats import FORMATS  # noqa: E402
 from hpcio.formats.base import Block  # noqa: E402

@@ -31,6 +31,7 @@ sys.path.insert(0, ROOT)
 
 from hpcio.data.dataset import is_dataset  # noqa: E402
 from hpcio.measure.probes import wait_quiet  # noqa: E402
+from hpcio.measure.rundir import RunDir  # noqa: E402
 from hpcio.mpiutil import launcher  # noqa: E402
 
 COLUMNS = ("stall", "straggler_wait", "exchange")
@@ -46,7 +47,7 @@ def train(a, data, reader, via, out, extra=()):
     subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, timeout=1800)
     per = {c: [] for c in COLUMNS + ("au",)}
     for r in range(2):
-        z = np.load(os.path.join(out, f"rank-{r}.npz"))
+        z = np.load(RunDir(out).rank_steps_file(r))
         keep = z["step"] != 0
         per["stall"].append((z["fetch"] + z["prep"] + z["stall_other"])[keep].mean())
         per["straggler_wait"].append(z["straggler_wait"][keep].mean())
@@ -69,7 +70,7 @@ def main(argv=None):
                    help="before each run wait up to S s for idle CPUs (other jobs' load "
                         "would be measured as straggler wait; 0: no)")
     a = p.parse_args(argv)
-    from hpcio.data.write import generate
+    from hpcio.datagen.write import generate
     data = os.path.join(a.dir, f"imagenet-lmdb-raw-{a.records}")
     if not is_dataset(data):
         generate(data, preset="imagenet", records=a.records, format="lmdb", encoding="raw",

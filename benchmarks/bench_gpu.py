@@ -39,13 +39,13 @@ import sys
 import tempfile
 
 import numpy as np
-import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from hpcio.cli import ArgumentParser  # noqa: E402
 from hpcio.errors import HpcioError, guard  # noqa: E402
+from hpcio.measure.rundir import RunDir  # noqa: E402
 from hpcio.measure.steps import COMPONENTS  # noqa: E402
 from hpcio.mpiutil import launcher  # noqa: E402
 
@@ -67,23 +67,22 @@ def train(data, out, reader, ranks, args):
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         raise HpcioError(f"{' '.join(cmd)} failed: {(p.stderr or p.stdout).strip()[-400:]}")
-    with open(os.path.join(out, "summary.json")) as f:
-        return json.load(f)
+    return RunDir(out).summary()[0]
 
 
 def check_run(out, ranks):
     """The checks of one run (3-5 above); returns per-run figures."""
     fails, gpu_util, gpu_mem, compute, rate, first = [], [], [], [], 0.0, []
+    run = RunDir(out)
     for r in range(ranks):
-        with open(os.path.join(out, f"rank-{r}.json")) as f:
-            rj = json.load(f)
+        rj, _ = run.rank_info(r)
         s = rj["samples"]
         u, m = np.array(s["gpu_util"], float), np.array(s["gpu_mem_bytes"], float)
         if not len(u) or np.isnan(u).all() or not (m > 0).any():
-            fails.append(f"rank {r}: no pynvml samples in rank-{r}.json")
+            fails.append(f"rank {r}: no pynvml samples in {run.RANK_INFO.format(rank=r)}")
         gpu_util += list(u[~np.isnan(u)])
         gpu_mem += list(m[~np.isnan(m)])
-        z = np.load(os.path.join(out, f"rank-{r}.npz"))
+        z = np.load(run.rank_steps_file(r))
         parts = sum(z[c] for c in COMPONENTS)
         bad = int((np.abs(parts - z["wall"]) > 0.02 * z["wall"]).sum())
         if bad:
@@ -92,8 +91,7 @@ def check_run(out, ranks):
         compute += list(z["compute"][keep])
         rate += z["records"][keep].sum() / z["wall"][keep].sum()
         first.append(float(z["wall"][~keep].sum()))
-    with open(os.path.join(out, "config.yaml")) as f:
-        backend = yaml.safe_load(f)["dist_backend"]
+    backend = run.config()[0]["dist_backend"]
     if backend != "nccl":
         fails.append(f"the process group was {backend}, not NCCL")
     return fails, {"gpu_util_mean": float(np.mean(gpu_util)) if gpu_util else None,

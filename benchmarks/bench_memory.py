@@ -81,7 +81,7 @@ def child(root, mode, batch, epochs):
 
 def make_sets(top, names, imagenet_records):
     from hpcio.data.dataset import is_dataset
-    from hpcio.data.write import generate
+    from hpcio.datagen.write import generate
     roots = {}
     for name in names:
         preset, records, _ = SETS[name]

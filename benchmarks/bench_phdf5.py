@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 
-from hpcio.analysis.bench import summarize
+from hpcio.explain.benchtable import summarize
 from hpcio.mpiutil import launcher
 
 READERS = {"naive": "naive",

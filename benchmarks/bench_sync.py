@@ -34,6 +34,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+from hpcio.measure.rundir import RunDir  # noqa: E402
 from hpcio.sweep import error_line, keep_stderr  # noqa: E402
 PFS = os.path.join(ROOT, "scripts", "pfs-local.sh")
 CLUSTER = os.path.join(ROOT, "scripts", "cluster-local.sh")
@@ -97,8 +98,7 @@ def run(a, env, data, reader, ranks, nodes, out):
         print(f"  {reader} {ranks}x{nodes}: failed: {error_line(p.stderr)} ({kept})",
               flush=True)
         return None
-    with open(os.path.join(out, "summary.json")) as f:
-        return json.load(f)["metrics"]
+    return RunDir(out).summary()[0]["metrics"]
 
 
 def med(xs):

@@ -82,6 +82,7 @@ from hpcio.mpiutil import launcher  # noqa: E402
 from hpcio.measure.probes import loadavg, wait_quiet  # noqa: E402
 from hpcio.cache import PIECE, read_file  # noqa: E402
 from hpcio.fsutil import aligned_empty, evict  # noqa: E402
+from hpcio.measure.rundir import RunDir  # noqa: E402
 
 
 def sequential_read(paths, cold=True):
@@ -100,15 +101,14 @@ def cpu_faults(out):
     delivered, and the minor faults per epoch and rank (median): what the reader and the
     loader cost the node's cores."""
     cpu, records, faults = 0.0, 0, []
-    for f in sorted(os.listdir(out)):
-        if f.startswith("rank-") and f.endswith(".json"):
-            with open(os.path.join(out, f)) as fh:
-                rank = json.load(fh)
-            records += rank["summary"]["all"]["records"]
-            for e in rank["epochs"]:
-                ru = e["counters"]["rusage"]
-                cpu += ru["utime"] + ru["stime"]
-                faults.append(ru["minflt"])
+    run = RunDir(out)
+    for r in sorted(run.rank_files(run.config()[0]["ranks"])["json"]):
+        rank, _ = run.rank_info(r)
+        records += rank["summary"]["all"]["records"]
+        for e in rank["epochs"]:
+            ru = e["counters"]["rusage"]
+            cpu += ru["utime"] + ru["stime"]
+            faults.append(ru["minflt"])
     return cpu, records, statistics.median(faults) if faults else 0
 
 
@@ -142,8 +142,7 @@ def train(a, ds, reader, compute, out, shuffle, ranks=None, load="quiet"):
     if p.returncode:
         raise HpcioError(f"{reader} run failed ({p.returncode}): "
                          f"{(p.stderr.strip().splitlines() or ['?'])[-1]}")
-    with open(os.path.join(out, "summary.json")) as f:
-        s = json.load(f)
+    s, _ = RunDir(out).summary()
     m = s["metrics"]
     cpu, samples, faults = cpu_faults(out)
     return {"reader": reader, "ranks": ranks, "load": load,
@@ -198,7 +197,7 @@ def main(argv=None):
                    help="further hpcio.train flags for every run (e.g. --hint k=v)")
     a = p.parse_args(argv)
 
-    from hpcio.data.write import generate
+    from hpcio.datagen.write import generate
     os.makedirs(a.dir, exist_ok=True)
     data = os.path.join(a.dir, f"imagenet-{a.format}-{a.encoding}-{a.records}")
     if not is_dataset(data):

@@ -2,12 +2,19 @@
 
 Where things live (one home per concern)::
 
-    data/       datasets: the contract (manifest + record index), writing them, synthetic
-                pictures and presets, imports and indexes of data made elsewhere, and the
-                ``datagen`` command
-    formats/    one module per storage format (lmdb, leveldb, hdf5, images, packed): its
-                writer, its native (library) reader and its indexer, all behind the
-                protocol in formats/base.py; FORMATS registry; Caffe's Datum in datum.py
+    data/       datasets as formats and readers rely on them: the contract (manifest +
+                record index), record checksums, synthetic pictures and presets; imports
+                neither formats nor readers
+    formats/    one module (leveldb: a package) per storage format (lmdb, leveldb, hdf5,
+                images, packed, npz, tfrecord): its writer, its native (library) reader,
+                its detection and indexer of data made elsewhere, all behind the protocol
+                in formats/base.py (Format, with the defaults of what a module leaves
+                out); FORMATS registry; Caffe's Datum in datum.py, TensorFlow's Example in
+                example.py
+    datagen/    making datasets, above formats: writing them, imports and indexes of data
+                made elsewhere, and the ``datagen`` command
+    workloads/  DLIO workload configs (MLPerf Storage's, shipped as DLIO's files in
+                dlio/, or any given) as train and datagen defaults and an AU threshold
     plan.py     the sample plan: which records each rank gets at each step
     readers/    readers that execute a plan (naive, coordinated, memory; READERS registry),
                 with batch assembly, read jobs, node-shared reads, ROMIO hints and reads
@@ -15,14 +22,20 @@ Where things live (one home per concern)::
     cache.py    page-cache state of a dataset (cold, warm, as is), proven with mincore
     train/      the ``train`` command: options, trainer loop, gradient exchange, models,
                 emulated compute, preprocessing pipeline, checkpoints, stop vote
-    measure/    what a run measures: step accounting, system probes (/proc), the sampler
-                thread, the run directory
-    analysis/   figures and tables computed afterwards from what runs wrote: run summaries,
-                Darshan logs read into arrays, the tables, findings and scaling model of
-                the ``analyze`` command, and its report; stores of one dataset compared
-                (stores: the studies in analysis/ use it)
-    bench.py, demo.py, datagen.py, results.py, analyze.py   the other commands (``python -m
-                hpcio.<command>``; ``results summarize`` for runs that did not finish)
+    measure/    what a run measures and where it keeps it: step accounting, system probes
+                (/proc), the sampler thread, the run directory (rundir.RunDir, the one
+                reader and writer of its files, checked by schema.py), the run's
+                provenance and workload hash (provenance.py), running Darshan
+                (darshan.py) and reading its logs (darshanlog.py), the steps as DFTracer
+                traces (trace.py)
+    explain/    what is computed afterwards from what runs wrote: run summaries, the
+                tables, findings and scaling model of the ``analyze`` command, its report
+                and figures, predictions drawn beside runs, stores of one dataset compared
+                (the studies in the top-level analysis/ use them), runs exported as rows
+                (export.py)
+    bench.py, demo.py, results.py, analyze.py   the other commands (``python -m
+                hpcio.<command>``; ``results summarize`` for runs that did not finish, ``results
+                export`` for runs as MLPerf Storage-style rows)
     mpiutil.py  MPI patterns: work on rank 0 with errors raised everywhere, node
                 communicators, array broadcasts; mpicompat.py: MPI stacks known to break
     sweep.py    the ``sweep`` command: one train job per point, resumable
@@ -31,13 +44,19 @@ Where things live (one home per concern)::
                 beside the reader), calibrated on runs and validated on held-out rank
                 counts
     mapfault.py  a fault in a mapped shard turned into a line naming the shard
-    cli.py, errors.py, fsutil.py, progress.py    argument types, one-line errors, atomic
-                files, progress on rank 0 (a bar on a terminal, plain lines in a log)
+    cli.py, errors.py, fsutil.py, progress.py    argument types, the command table and
+                the options commands share, one-line errors, atomic files, progress on
+                rank 0 (a bar on a terminal, plain lines in a log)
+    __main__.py  ``hpcio COMMAND`` / ``python -m hpcio COMMAND``: every command by name
 
 A new format is a module in formats/ added to FORMATS; a new reader a class in readers/
 decorated with ``@register``; a new per-step figure a column in measure/steps.py and its
-summary in analysis/summary.py; a new command a module with ``main`` run under
-``errors.guard``.
+summary in explain/summary.py; a new command a module with ``main`` run under
+``errors.guard``, and its line in ``cli.COMMANDS``.
+
+The layers, lowest first (a package imports only from those below it; no private name
+crosses modules; tests/test_layering.py checks both): errors; fsutil, mpiutil, plan,
+progress; data, measure, cache, workloads; formats, explain; readers; cli; the commands; __main__.
 
 Three imports are deferred, and only these: mpi4py is imported inside the functions that
 use MPI (importing it initialises MPI), torch only by the training modules (it takes

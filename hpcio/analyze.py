@@ -11,7 +11,9 @@ and writes into ``-o`` only (a new or empty directory, or one of its earlier rep
 never an input): ``report.html`` (self-contained), ``report.md``, ``table-a.csv``
 (per reader x format x ranks), ``table-b.csv`` (what Darshan saw), ``table-c.csv`` (the OS's
 counters per sample), the PNG figures and ``summary.json``. Runs at several rank counts get
-the scaling model (``hpcio.analysis.model``). ``--prediction DIR`` (the ``-o`` of
+the scaling model (``hpcio.explain.model``). Drishti (drishti-io, the ``[analysis]``
+extra) is run on every log and its verdicts go beside the findings (one line instead for a
+log it fails on, or without it; ``--no-drishti`` skips it). ``--prediction DIR`` (the ``-o`` of
 ``python -m hpcio.simulate predict``) adds its simulated curve per reader beside the
 measured points, with its held-out validation error, ``prediction.png`` and
 ``table-prediction.csv``; a prediction directory it cannot use is refused in one line before
@@ -24,9 +26,10 @@ is then 1.
 import os
 import sys
 
-from .analysis.runs import SWEEP, load
+from .explain.runs import SWEEP, load
 from .cli import ArgumentParser, ExamplesFormatter, number
 from .errors import HpcioError, guard
+from .measure.rundir import RunDir
 
 __all__ = ["build_parser", "main", "refuse_out", "REPORT_MARKER"]
 
@@ -59,7 +62,7 @@ def build_parser():
                         "count go into the scaling part (figure prediction.png, "
                         "table-prediction.csv) with their validation error")
     p.add_argument("--no-drishti", action="store_true",
-                   help="do not run drishti on the logs even when it is installed")
+                   help="do not run Drishti (drishti-io) on the Darshan logs")
     return p
 
 
@@ -73,8 +76,7 @@ def refuse_out(out, inputs, runs):
     real = os.path.realpath(out)
     for p in list(inputs) + list(runs):
         p = os.path.realpath(p)
-        is_run = os.path.isfile(os.path.join(p, "config.yaml")) or \
-            os.path.isfile(os.path.join(p, SWEEP))
+        is_run = RunDir.is_run(p) or os.path.isfile(os.path.join(p, SWEEP))
         if real == p or (is_run and real.startswith(p + os.sep)):
             return (f"is {'' if real == p else 'inside '}the input {p}: the report never "
                     f"goes into what it reads; give another directory")
@@ -94,8 +96,8 @@ def refuse_out(out, inputs, runs):
 def main(argv=None):
     a = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:  # matplotlib: the [analysis] extra (see hpcio/__init__.py)
-        from .analysis.report import FORMATS, analyse, write
-        from .analysis.prediction import load_prediction
+        from .explain.report import FORMATS, analyse, write
+        from .explain.prediction import load_prediction
     except ImportError as e:
         raise HpcioError(f"{e.name or e} is missing: pip install 'hpcio[analysis]'") from None
 
@@ -124,13 +126,16 @@ def main(argv=None):
     analysis = analyse(runs, problems, notes, baseline=a.baseline,
                        allow_mixed=a.allow_mixed, storage_mibs=a.storage_mibs,
                        prediction=prediction,
-                       drishti_dir=None if a.no_drishti else os.path.join(out, "drishti"))
+                       drishti=not a.no_drishti)
     files = write(analysis, out, formats)
     for p in analysis.problems:
         print(f"hpcio.analyze: {p}", file=sys.stderr)
     print(f"hpcio.analyze: {len(runs)} run(s), {len(analysis.findings)} finding(s), "
-          f"{len(analysis.problems)} gap(s), {len(analysis.notes)} note(s) on what the runs "
-          f"did not record; {len(files)} files in {out}")
+          f"{len(analysis.drishti)} Drishti verdict(s), {len(analysis.problems)} gap(s), "
+          f"{len(analysis.notes)} note(s) on what the runs did not record; {len(files)} "
+          f"files in {out}")
+    for line in analysis.drishti_said:
+        print(f"  {line}")
     for m in analysis.models.values():
         if m.get("fitted") and m.get("loo"):
             loo = m["loo"]

@@ -47,52 +47,25 @@ import time
 
 import numpy as np
 
-from .analysis.bench import RATIOS, summarize, table
+from .explain.benchtable import RATIOS, summarize, table
 from .cache import cache_state
-from .cli import MAX_SECONDS, ArgumentParser, integer, number, seconds
+from .cli import (MAX_SECONDS, ArgumentParser, add_plan_arguments, add_reader_arguments,
+                  integer, number, parse_key_values, seconds)
+from .cli import reader_spec as parse_reader  # name[:key=value...], bench's --readers
 from .data.dataset import NO_CRC, open_dataset
-from .errors import HpcioError, guard
+from .errors import guard, HpcioError, lookup
 from .fsutil import aligned_empty, atomic_json, fs_type
 from .measure import probes
 from .measure.probes import block_device, disk_read_bytes, loadavg, read_ahead_kb
 from .mpiutil import idle_barrier, on_root
 from .plan import SHUFFLES, make_plan
 from .progress import Progress
-from .readers import READERS, VERIFY, check_dataset, make_reader
-from .readers.hints import parse_hints
+from .readers import check_dataset, make_reader
 
 __all__ = ["main", "parse_reader", "claim_out", "LIMITS", "run_reader", "run_limit",
            "wait_quiet"]
 
 PIECE = 8 << 20
-
-
-def parse_reader(spec):
-    """``name[:key=value...]`` -> (label, name, options); values become int when they
-    look like one, ``true``/``false`` bool; ``hint.KEY=VALUE`` is an MPI-IO hint."""
-    name, *parts = spec.split(":")
-    kvs = []
-    for t in parts:  # a piece without '=' continues the previous value (cb_config_list=*:*)
-        if "=" not in t and kvs:
-            kvs[-1] += ":" + t
-        else:
-            kvs.append(t)
-    if name not in READERS:
-        raise HpcioError(f"unknown reader {name!r} (choose from {', '.join(sorted(READERS))})",
-                         everywhere=True)
-    opts = {}
-    for kv in kvs:
-        k, sep, v = kv.partition("=")
-        if not sep:
-            raise HpcioError(f"reader option {kv!r} in {spec!r} is not key=value",
-                             everywhere=True)
-        if k.startswith("hint."):
-            opts.setdefault("hints", {})[k[5:]] = v
-            continue
-        low = v.lower()
-        opts[k] = (int(v) if v.lstrip("-").isdigit() else True if low == "true"
-                   else False if low == "false" else v)
-    return spec, name, opts
 
 
 def _verified(reader, verify):
@@ -322,22 +295,15 @@ def build_parser():
                    help="comma-separated reader specs name[:key=value...], e.g. "
                         "coordinated:mechanism=nonblocking or coordinated:collective=false")
     p.add_argument("--cache", default="cold,warm", help="cache states: cold, warm, asis")
-    p.add_argument("--shuffle", default="none,chunk,global",
-                   help=f"shuffle modes ({', '.join(SHUFFLES)})")
-    p.add_argument("--batch", type=integer(1), default=64, help="records per batch per rank")
+    add_plan_arguments(p, "none,chunk,global", many=True)
     p.add_argument("--repeat", type=integer(1), default=3, help="interleaved repeats (>= 3 for a "
                    "median worth reading)")
     p.add_argument("--steps", type=integer(1), default=None,
                    help="at most this many steps per epoch (default: the whole epoch)")
-    p.add_argument("--seed", type=integer(0, 2**63 - 1), default=0)
     p.add_argument("--warmup-steps", type=integer(0), default=64,
                    help="steps of the untimed warm-up epoch of each kept reader")
-    p.add_argument("--block", type=integer(1), default=64, help="chunk shuffle: block of records")
-    p.add_argument("--window", type=integer(1), default=1024, help="chunk shuffle: mixing window")
-    p.add_argument("--prefetch", type=integer(0), default=None,
-                   help="coordinated: requests in flight (default: the reader's)")
-    p.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
-                   help="MPI-IO (ROMIO) hint for the coordinated reader; repeatable")
+    add_reader_arguments(p, "the reader's label says verify=off beside every figure",
+                         old_prefetch="--prefetch")
     p.add_argument("--compute-ms", type=number(0.0, MAX_SECONDS * 1e3), default=0.0,
                    help="emulated compute per batch (sleep) to show prefetch overlap")
     p.add_argument("--limits", default="seq,seq-ranks,seq-direct,random",
@@ -351,11 +317,6 @@ def build_parser():
                         "and disks (< 5 MiB/s) on this node (0: do not wait)")
     p.add_argument("--drop-caches", action="store_true",
                    help="cold: also echo 1 > /proc/sys/vm/drop_caches (root only)")
-    p.add_argument("--verify", default="records", choices=VERIFY,
-                   help="what the readers check on delivery: every record's CRC32C and the "
-                        "files' identity (records), the files' identity and sizes (size), "
-                        "nothing (off: the reader's label says verify=off beside every "
-                        "figure)")
     p.add_argument("--check-shards", action="store_true",
                    help="check every shard's sha256 against the manifest first (reads all)")
     p.add_argument("--out", default=None,
@@ -371,19 +332,17 @@ def main(argv=None):
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
     readers = [_verified(parse_reader(s), a.verify) for s in a.readers.split(",") if s]
-    hints = parse_hints(a.hint)
+    hints = parse_key_values(a.hint, "--hint")
     for _, name, opts in readers:
         if name == "coordinated":
             if hints:
                 opts.setdefault("hints", hints)
-            if a.prefetch is not None:
-                opts.setdefault("prefetch", a.prefetch)
+            if a.reader_prefetch is not None:
+                opts.setdefault("prefetch", a.reader_prefetch)
     caches = [c for c in a.cache.split(",") if c]
     shuffles = [s for s in a.shuffle.split(",") if s]
     for s in shuffles:
-        if s not in SHUFFLES:
-            raise HpcioError(f"unknown shuffle mode {s!r} (choose from "
-                             f"{', '.join(SHUFFLES)})", everywhere=True)
+        lookup(SHUFFLES, s, "shuffle mode")
     limits = [x for x in a.limits.split(",") if x]
     for x in limits:
         if x not in LIMITS:

@@ -25,10 +25,10 @@ import time
 
 import numpy as np
 
-from .errors import HpcioError
+from .errors import HpcioError, lookup
 from .fsutil import aligned_empty, fs_type
 from .fsutil import evict as evict_file
-from .mpiutil import node_comm, on_root
+from .mpiutil import node_comm
 
 __all__ = ["CACHE_MODES", "cache_state", "evict", "warm", "resident_fraction",
            "resident_bytes", "drop_caches", "read_file", "cold_scope", "describe", "per_node",
@@ -198,11 +198,7 @@ def cache_state(mode, ds, comm=None, drop=False, measure=True):
     rank 0 ``nodes``, one record per node (host, ranks, resident, what it did), and for
     ``cold`` the ``warm_nodes`` that kept more than :data:`WARM_AFTER_COLD` of the pages.
     Collective over ``comm``."""
-    try:
-        fn = CACHE_MODES[mode]
-    except KeyError:
-        raise HpcioError(f"unknown cache mode {mode!r} (choose from "
-                         f"{', '.join(CACHE_MODES)})", everywhere=True)
+    fn = lookup(CACHE_MODES, mode, "cache mode")
     info = fn(ds, comm, drop=drop) if mode == "cold" else fn(ds, comm)
     if comm is not None and comm.Get_size() > 1:
         comm.Barrier()

@@ -1,15 +1,20 @@
 """Argument parsing shared by every ``python -m hpcio.<command>``."""
 
 import argparse
+import ast
+import difflib
 import math
 import os
+import sys
 
 import yaml
 
 from .errors import HpcioError
 
 __all__ = ["ArgumentParser", "HelpFormatter", "ExamplesFormatter", "load_config", "rank0",
-           "integer", "number", "seconds", "positive", "fraction", "shape", "MAX_SECONDS"]
+           "integer", "number", "seconds", "positive", "fraction", "shape", "MAX_SECONDS",
+           "parse_key_values", "COMMANDS", "split_reader_spec", "reader_options", "reader_spec",
+           "add_reader_arguments", "add_plan_arguments", "command_options", "misplaced_hint"]
 
 
 def rank0():
@@ -47,6 +52,8 @@ class ArgumentParser(argparse.ArgumentParser):
             super()._print_message(message, file)
 
     def error(self, message):
+        if message.startswith(UNRECOGNIZED):  # and what it may have been meant as
+            message += misplaced_hint(self, message[len(UNRECOGNIZED):].split())
         raise HpcioError(message, everywhere=True)
 
 
@@ -128,3 +135,247 @@ def shape(text):
         return tuple(int(v) for v in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not HxWxC: {text!r}")
+
+
+def parse_key_values(items, flag):
+    """``["k=v", ...]`` (or a dict) -> ``{k: v}`` of strings, for the repeatable KEY=VALUE
+    options (``--hint``, ``--reader-option``, ``--format-option``); a malformed item is an
+    error naming ``flag``, the option it came from."""
+    if not items:
+        return {}
+    if isinstance(items, dict):
+        return {str(k): str(v) for k, v in items.items()}
+    out = {}
+    for it in items:
+        k, sep, v = str(it).partition("=")
+        if not sep or not k.strip() or not v.strip():
+            raise HpcioError(f"{flag} {it!r} is not of the form key=value", everywhere=True)
+        out[k.strip()] = v.strip()
+    return out
+
+
+# ---- the command table: ``hpcio COMMAND`` (hpcio/__main__.py) ---------------------------
+# name -> (module run as ``python -m MODULE``, the module that declares its options, one
+# line for ``hpcio --help``). Nothing here is imported until its command runs.
+COMMANDS = {
+    "datagen": ("hpcio.datagen", "hpcio.datagen.command",
+                "make datasets (synthetic presets, imports, indexes) and describe them"),
+    "bench": ("hpcio.bench", "hpcio.bench",
+              "each reader against the machine's own read limits, runs interleaved"),
+    "train": ("hpcio.train", "hpcio.train.options",
+              "data-parallel training on MPI ranks with per-step stall accounting"),
+    "sweep": ("hpcio.sweep", "hpcio.sweep",
+              "one train job per point (ranks x reader x data), resumable"),
+    "analyze": ("hpcio.analyze", "hpcio.analyze",
+                "a report on runs and sweeps: how stall scales, with Darshan's counters"),
+    "results": ("hpcio.results", "hpcio.results",
+                "a summary from what a run's ranks flushed; runs exported as rows "
+                "(MLPerf Storage's names and rules)"),
+    "simulate": ("hpcio.simulate", "hpcio.simulate.__main__",
+                 "calibrate a SimGrid model on runs and predict other rank counts"),
+    "darshan": ("hpcio.measure.darshan", "hpcio.measure.darshan",
+                "check a Darshan runtime library for mpi4py, or summarise Darshan logs"),
+    "demo": ("hpcio.demo", "hpcio.demo",
+             "naive against coordinated reads on a parallel file system, then local disk"),
+}
+
+
+# ---- shared argument groups: the reader and the sample plan -----------------------------
+# Every command that reads a dataset declares its reader's options and its plan with these,
+# so each option has one spelling, one type and one help in every command. The readers and
+# the plan are imported inside the functions: every command imports this module (analyze
+# and results too, which read no dataset, and should not pay for the readers' imports).
+
+def split_reader_spec(spec):
+    """``name[:key=value...]`` -> (name, ["key=value", ...]); a piece without ``=``
+    continues the previous value (``hint.cb_config_list=*:*``)."""
+    name, *parts = str(spec).split(":")
+    items = []
+    for t in parts:
+        if "=" not in t and items:
+            items[-1] += ":" + t
+        else:
+            items.append(t)
+    return name, items
+
+
+def reader_options(name, items=(), where="--reader-option"):
+    """Reader ``name``'s options from ``KEY=VALUE`` texts (``hint.KEY=VALUE``: an MPI-IO
+    hint), each converted to the type the reader declares for it
+    (:func:`hpcio.readers.check_options`): the one conversion of reader options from every
+    command line, spec and config file. A malformed item, an option the reader does not
+    take or a value its type refuses is one line (``where`` names the item's source)."""
+    from .readers import check_options
+    opts = {}
+    for k, v in parse_key_values(list(items), where).items():
+        if k.startswith("hint."):
+            opts.setdefault("hints", {})[k[5:]] = v
+        else:
+            opts[k] = v
+    return check_options(name, opts)
+
+
+def reader_spec(spec):
+    """A reader spec ``name[:key=value...]`` (``coordinated:collective=false:hint.cb_nodes=2``)
+    -> (label, name, options) with the options as :func:`reader_options` converts them;
+    the label is the spec as given."""
+    name, items = split_reader_spec(spec)
+    return spec, name, reader_options(name, items, where=f"reader {spec!r}:")
+
+
+class _Renamed(argparse.Action):
+    """An option's old spelling, kept for one release: sets the new option's value and says
+    once on stderr (rank 0) that it is deprecated."""
+
+    def __init__(self, option_strings, dest, new=None, **kw):
+        self.new = new
+        super().__init__(option_strings, dest, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if rank0():
+            prog = parser.prog.split()[-1]
+            print(f"{prog}: {option_string} is deprecated, use {self.new} (the same option, "
+                  f"one spelling in every command); {option_string} goes in the next release",
+                  file=sys.stderr, flush=True)
+        setattr(namespace, self.dest, values)
+
+
+def add_reader_arguments(group, verify_off, old_prefetch=None):
+    """The reader's options every command that reads shares: ``--hint``,
+    ``--reader-prefetch``, ``--verify``. ``verify_off`` says where an unverified run says
+    so; ``old_prefetch`` an old spelling of ``--reader-prefetch`` kept for one release."""
+    from .readers import VERIFY
+    group.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
+                       help="MPI-IO (ROMIO) hint for the reader's MPI-IO (coordinated), "
+                            "repeatable")
+    prefetch = dict(type=integer(0), default=None, metavar="K", dest="reader_prefetch")
+    group.add_argument("--reader-prefetch", **prefetch,
+                       help="requests the reader keeps in flight ahead of the step "
+                            "(coordinated; default: the reader's own)")
+    if old_prefetch:
+        group.add_argument(old_prefetch, action=_Renamed, new="--reader-prefetch", **prefetch,
+                           help="deprecated spelling of --reader-prefetch")
+    group.add_argument("--verify", default="records", choices=VERIFY,
+                       help="what the reader checks on delivery: every record's CRC32C and "
+                            "the files' identity (records), the files' identity and sizes "
+                            f"(size), nothing (off: {verify_off})")
+
+
+def add_plan_arguments(group, shuffle, many=False, seed_help="seeds the sample order",
+                       batch=64):
+    """The sample plan's options (:mod:`hpcio.plan`): ``--batch`` (default ``batch``),
+    ``--shuffle`` (one mode, default ``shuffle``; with ``many`` a comma-separated list of
+    modes), ``--block``, ``--window``, ``--seed``."""
+    from .plan import BLOCK, SHUFFLES, WINDOW
+    group.add_argument("--batch", type=integer(1), default=batch,
+                       help="records per rank per step")
+    if many:
+        group.add_argument("--shuffle", default=shuffle,
+                           help=f"sample orders, comma-separated ({', '.join(SHUFFLES)})")
+    else:
+        group.add_argument("--shuffle", default=shuffle, choices=tuple(SHUFFLES),
+                           help="sample order of each epoch (see hpcio/plan.py)")
+    group.add_argument("--block", type=integer(1), default=BLOCK,
+                       help="chunk shuffle: neighbouring records read together")
+    group.add_argument("--window", type=integer(1), default=WINDOW,
+                       help="chunk shuffle: records whose order is mixed")
+    group.add_argument("--seed", type=integer(0, 2**63 - 1), default=0, help=seed_help)
+
+
+# ---- an option of another command: said, not only refused -------------------------------
+UNRECOGNIZED = "unrecognized arguments: "
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _calls(tree):
+    return (n for n in ast.walk(tree) if isinstance(n, ast.Call))
+
+
+def _called(call):
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+
+
+def _declared(call):
+    """{option: takes a value} of one ``add_argument`` call."""
+    action = next((k.value for k in call.keywords if k.arg == "action"), None)
+    both = getattr(action, "attr", getattr(action, "id", None)) == "BooleanOptionalAction"
+    flag = both or (isinstance(action, ast.Constant) and action.value in (
+        "store_true", "store_false", "store_const", "count", "help", "version"))
+    out = {}
+    for a in call.args:
+        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-"):
+            out[a.value] = not flag
+            if both and a.value.startswith("--"):
+                out["--no-" + a.value[2:]] = False
+    return out
+
+
+def _source_options(path):
+    """{option: takes a value} declared in the module at ``path`` (its ``add_argument``
+    calls, and the shared groups of this module it calls), read without importing it."""
+    try:
+        with open(path) as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError):
+        return {}
+    shared = _shared_groups() if os.path.abspath(path) != os.path.abspath(__file__) else {}
+    out = {}
+    for c in _calls(tree):
+        name = _called(c)
+        if name == "add_argument":
+            out.update(_declared(c))
+        elif name in shared:  # a shared group, and an old spelling it is given
+            out.update(shared[name])
+            out.update({v.value: True for v in [*c.args, *(k.value for k in c.keywords)]
+                        if isinstance(v, ast.Constant) and isinstance(v.value, str)
+                        and v.value.startswith("--")})
+    return out
+
+
+def _shared_groups():
+    """{function of this module: the options it adds}."""
+    with open(__file__) as f:
+        tree = ast.parse(f.read())
+    out = {}
+    for fn in tree.body:
+        if isinstance(fn, ast.FunctionDef):
+            opts = {}
+            for c in _calls(fn):
+                if _called(c) == "add_argument":
+                    opts.update(_declared(c))
+            if opts:
+                out[fn.name] = opts
+    return out
+
+
+def command_options(module):
+    """{option: takes a value} of the command whose options ``module`` (the second field
+    of :data:`COMMANDS`) declares; read from its source, not imported (train's imports
+    torch: seconds, for a hint on a typo)."""
+    parts = module.split(".")[1:]
+    path = os.path.join(_HERE, *parts)
+    return _source_options(path + ".py" if os.path.isfile(path + ".py")
+                           else os.path.join(path, "__init__.py"))
+
+
+def _command_of(prog):
+    """``python -m hpcio.bench`` (a parser's prog) -> ``hpcio.bench``."""
+    return next((w for w in prog.split() if w.startswith("hpcio")), prog)
+
+
+def misplaced_hint(parser, words):
+    """For argparse's "unrecognized arguments: WORDS" of ``parser``: `` (--x is an option of
+    hpcio.train, not of hpcio.bench)``, or `` (did you mean --y?)``, or nothing."""
+    opt = next((w.split("=", 1)[0] for w in words if w.startswith("--")), None)
+    if opt is None:
+        return ""
+    this = _command_of(parser.prog)
+    own = [o for o in parser._option_string_actions if o.startswith("--")]
+    near = difflib.get_close_matches(opt, own, n=1, cutoff=0.75)
+    others = [module for module, options, _ in COMMANDS.values()
+              if module != this and opt in command_options(options)]
+    if others:
+        also = f"; did you mean {near[0]}?" if near else ""
+        return f" ({opt} is an option of {' and '.join(others)}, not of {this}{also})"
+    return f" (did you mean {near[0]}?)" if near else ""

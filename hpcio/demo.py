@@ -18,7 +18,6 @@ given the storage's measured bandwidth. Everything goes under ``--workdir`` (def
 """
 
 import contextlib
-import json
 import os
 import shlex
 import shutil
@@ -30,10 +29,11 @@ import time
 from dataclasses import dataclass
 
 from .cache import describe, drop_caches, read_file
-from .cli import ArgumentParser, integer
+from .cli import ArgumentParser, add_plan_arguments, integer
 from .data.dataset import is_dataset, open_dataset
 from .errors import HpcioError, guard
 from .fsutil import aligned_empty, evict, fs_type
+from .measure.rundir import RunDir
 from .mpiutil import launcher
 
 __all__ = ["ACCELERATORS", "compute_per_step", "plan", "testbed", "testbed_skipped",
@@ -233,8 +233,7 @@ def _measure(st, a, train, launch, stamp):
         t = time.perf_counter()
         _run(launch + ["-n", n, sys.executable, "-m", "hpcio.train", "--data", st.data,
                        "--reader", reader, "--out", out] + opts, quiet=True)
-        with open(os.path.join(out, "summary.json")) as f:
-            s = json.load(f)
+        s, _ = RunDir(out).summary()
         results.setdefault((n, reader), []).append(s)
         dirs.append(out)
         m = s["metrics"]
@@ -275,9 +274,9 @@ def build_parser():
     ap.add_argument("--ranks", default="1,2,4", help="rank counts on the testbed")
     ap.add_argument("--local-ranks", default="2", help="rank counts on local disk")
     ap.add_argument("--repeats", type=integer(1), default=3, help="runs per point, interleaved")
-    ap.add_argument("--batch", type=integer(1), default=16, help="samples per rank per step")
+    add_plan_arguments(ap, "global", batch=16, seed_help="seeds every run's sample order, "
+                       "augmentation and compute-time draws")
     ap.add_argument("--epochs", type=integer(1), default=1, help="epochs per run")
-    ap.add_argument("--shuffle", default="global", help="sample order (see hpcio/plan.py)")
     ap.add_argument("--no-testbed", action="store_true", help="local disk only")
     ap.add_argument("--delay-us", type=integer(0), default=DELAY_US,
                     help="per-request delay of a testbed started here")
@@ -301,7 +300,8 @@ def main(argv=None):
     ranks, local = _ranks(a.ranks, "--ranks"), _ranks(a.local_ranks, "--local-ranks")
     launch = shlex.split(a.launcher) if a.launcher else [launcher()]
     train = ["--model", a.model, "--batch", str(a.batch), "--epochs", str(a.epochs),
-             "--shuffle", a.shuffle, "--cache", "cold"]
+             "--shuffle", a.shuffle, "--block", str(a.block), "--window", str(a.window),
+             "--seed", str(a.seed), "--cache", "cold"]
     a.compute = None
     if a.model == "emulate":
         a.compute = compute_per_step(a.accelerator, a.batch)

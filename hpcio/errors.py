@@ -24,8 +24,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Mapping
 
-__all__ = ["HpcioError", "Interrupted", "guard", "abort", "report_to", "describe", "program",
+__all__ = ["HpcioError", "lookup", "Interrupted", "guard", "abort", "report_to", "describe", "program",
            "size_message", "interrupt_on"]
 
 _report_dir = None
@@ -46,6 +47,23 @@ class HpcioError(Exception):
         super().__init__(message)
         self.everywhere = everywhere
         self.once = once
+
+
+def lookup(table, key, what, choices=None):
+    """``table[key]`` (``key`` itself where ``table`` is a list of names), or one line
+    worded alike for every registry: ``unknown WHAT 'KEY' (choose from a, b, c)``
+    (``choices``: the names to offer, the table's own by default), raised on every rank,
+    since every rank looks the name up."""
+    try:
+        if isinstance(table, Mapping):
+            return table[key]
+        if key in table:
+            return key
+        raise KeyError(key)
+    except (KeyError, TypeError):
+        names = ", ".join(map(str, table if choices is None else choices))
+        raise HpcioError(f"unknown {what} {key!r} (choose from {names})",
+                         everywhere=True) from None
 
 
 def _first_to_say(path):

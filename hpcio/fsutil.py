@@ -1,12 +1,15 @@
-"""File-system helpers: atomic writes, page-aligned buffers, page-cache control."""
+"""File-system helpers: atomic writes, page-aligned buffers, page-cache control; and
+:func:`jsonable`, the one way hpcio makes its values fit JSON (and YAML)."""
 
 import json
+import math
 import mmap
 import os
 
 import numpy as np
 
-__all__ = ["atomic_write", "atomic_json", "aligned_empty", "evict", "fs_type", "free_bytes"]
+__all__ = ["atomic_write", "atomic_json", "jsonable", "aligned_empty", "evict", "fs_type",
+           "free_bytes"]
 
 
 def atomic_write(path, write):
@@ -53,18 +56,37 @@ def atomic_json(path, obj, compact=False):
     """``compact``: one line, through json's C encoder (``indent`` makes json use its
     Python encoder, several times slower: too slow for frequent flushes of long runs)."""
     if compact:
-        data = json.dumps(obj, separators=(",", ":"), default=_jsonable).encode()
+        data = json.dumps(obj, separators=(",", ":"), default=jsonable).encode()
     else:
-        data = (json.dumps(obj, indent=2, sort_keys=False, default=_jsonable) + "\n").encode()
+        data = (json.dumps(obj, indent=2, sort_keys=False, default=jsonable) + "\n").encode()
     atomic_write(path, lambda f: f.write(data))
 
 
-def _jsonable(o):
-    if isinstance(o, np.generic):
-        return o.item()
-    if isinstance(o, np.ndarray):
-        return o.tolist()
+def _refuse(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def jsonable(x, finite=False, other=_refuse):
+    """``x`` with only what JSON holds: dicts (their keys as strings), lists (tuples too),
+    str, int, float, bool, None; numpy scalars as Python numbers, numpy arrays as lists.
+    ``finite``: NaN and infinities as None (strict JSON, a CSV cell left empty), else kept.
+    ``other(v)`` stands for any other value: by default a TypeError, ``str`` to keep its
+    text. Also ``json.dumps``'s ``default`` hook (:func:`atomic_json`: json's C encoder
+    walks the containers, this converts what it meets that it cannot hold)."""
+    if isinstance(x, dict):
+        return {str(k): jsonable(v, finite, other) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v, finite, other) for v in x]
+    if isinstance(x, np.ndarray):
+        x = x.tolist()
+        return jsonable(x, finite, other) if finite else x
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float):
+        return None if finite and not math.isfinite(x) else x
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    return other(x)
 
 
 HUGE = 4 << 20

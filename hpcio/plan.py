@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import HpcioError
+from .errors import HpcioError, lookup
 
-__all__ = ["SHUFFLES", "epoch_order", "Plan", "make_plan", "all_plans"]
+__all__ = ["SHUFFLES", "BLOCK", "WINDOW", "epoch_order", "Plan", "make_plan", "all_plans"]
 
 
 def _none(n, rng, block, window):
@@ -55,15 +55,13 @@ def _chunk(n, rng, block, window):
 
 
 SHUFFLES = {"none": _none, "global": _global, "chunk": _chunk}
+#: the chunk shuffle's default block and window (records)
+BLOCK, WINDOW = 64, 1024
 
 
-def epoch_order(records, epoch=0, seed=0, shuffle="global", block=64, window=1024):
+def epoch_order(records, epoch=0, seed=0, shuffle="global", block=BLOCK, window=WINDOW):
     """The order in which an epoch visits all ``records`` record ids."""
-    try:
-        fn = SHUFFLES[shuffle]
-    except KeyError:
-        raise HpcioError(f"unknown shuffle mode {shuffle!r} (choose from "
-                         f"{', '.join(SHUFFLES)})", everywhere=True)
+    fn = lookup(SHUFFLES, shuffle, "shuffle mode")
     rng = np.random.default_rng([int(seed), int(epoch)])
     return fn(int(records), rng, block, window)
 
@@ -101,7 +99,7 @@ class Plan:
 
 
 def make_plan(records, ranks, rank, batch, epoch=0, seed=0, shuffle="global",
-              drop_last=True, block=64, window=1024):
+              drop_last=True, block=BLOCK, window=WINDOW):
     """This rank's plan for one epoch (see the module docstring for the rules)."""
     records, ranks, rank, batch = int(records), int(ranks), int(rank), int(batch)
     if records <= 0:

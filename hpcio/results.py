@@ -1,48 +1,57 @@
-"""The summary of a training run from what its ranks flushed, for a run that did not
-finish (a crash, a killed rank, a lost node, the watchdog):
-``python -m hpcio.results summarize RUNDIR``.
+"""Run directories afterwards: the summary of a run that did not finish, from what its
+ranks flushed; runs exported as rows (``summarize``, ``export``).
+
+``python -m hpcio.results summarize RUNDIR``, for a run that did not finish (a crash, a
+killed rank, a lost node, the watchdog).
 
 Every rank of ``hpcio.train`` rewrites ``rank-R.npz`` and ``rank-R.json`` (``partial:
 true``) at each epoch end and every ``--flush-interval`` seconds. This command reads what
 is there, names the ranks that left no files and the ranks whose files are partial (with
 the steps each flushed), and writes ``summary.json`` and ``summary.txt`` (atomically) with
-the figures of the flushed steps: :func:`hpcio.analysis.summary.summarize` over each rank's
+the figures of the flushed steps: :func:`hpcio.explain.summary.summarize` over each rank's
 :func:`hpcio.measure.steps.rank_summary`, the ranks that flushed no step left out. A run
 that finished keeps the summary it wrote: nothing of it is replaced, nor a summary file
 this command did not write (refused in one line). Rank files are read through
-:mod:`hpcio.analysis.schema`: one that cannot be used (a NaN, a wrong type, a FIFO) is named
+:mod:`hpcio.measure.schema`: one that cannot be used (a NaN, a wrong type, a FIFO) is named
 on stderr, left out of the figures, and the exit code is 1.
+
+``python -m hpcio.results export RUNS... -o results.json|results.csv``: one row per run,
+its columns named as MLPerf Storage's report and DLIO's summary name them, with the MLPerf
+Storage rules the run meets or breaks (:mod:`hpcio.explain.export` defines each column and
+rule), written atomically. RUNS are run directories, sweep directories or directories of
+them (:func:`hpcio.explain.runs.expand`); one that holds no run is an error in one line.
 """
 
 import os
 import re
 import sys
 
-from .analysis import schema
-from .analysis.summary import format_table, summarize
-from .cli import ArgumentParser
+from .measure import schema
+from .explain.export import AU_THRESHOLD, export_rows, output_format, write_rows
+from .explain.runs import expand
+from .explain.summary import run_summary
+from .cli import ArgumentParser, number
 from .errors import HpcioError, guard
-from .measure.results import RunDir
+from .measure.rundir import RunDir
 from .measure.steps import COMPONENTS, SINCE_EXCHANGE, rank_summary
 
-__all__ = ["main", "summarize_run", "SOURCE"]
+__all__ = ["main", "summarize_run", "export", "SOURCE"]
 
 SOURCE = "hpcio.results summarize"  # summary.json's "source" when this command wrote it
 
 
-def _load_rank(path, r, problems):
+def _load_rank(run, r, problems):
     """(arrays, partial) of rank ``r``, or None when it left no usable step file (why, in
     ``problems``, when the file is there but unusable)."""
-    npz = os.path.join(path, f"rank-{r}.npz")
     try:
-        arrays = schema.load_columns(npz, _REQUIRED, _OPTIONAL, _NONNEGATIVE)
+        arrays = run.rank_steps(r, _REQUIRED, _OPTIONAL, _NONNEGATIVE)
     except FileNotFoundError:
         return None
     except schema.Invalid as e:
         problems.append(f"{e}; rank {r} is left out")
         return None
     try:
-        info, _ = schema.load(os.path.join(path, f"rank-{r}.json"), "rank")
+        info, _ = run.rank_info(r)
         partial = bool(info.get("partial", False))
     except (FileNotFoundError, schema.Invalid):  # killed between its two files
         partial = True
@@ -55,30 +64,29 @@ _OPTIONAL = tuple(c for c in SINCE_EXCHANGE if c not in _REQUIRED)
 _NONNEGATIVE = _REQUIRED + _OPTIONAL
 
 
-def _config(path):
-    cfg = os.path.join(path, "config.yaml")
+def _config(run):
     try:
-        config, _ = schema.load(cfg, "config")
+        config, _ = run.config()
     except FileNotFoundError:
-        raise HpcioError(f"{path}: not a run directory of hpcio.train (no config.yaml)") \
-            from None
+        raise HpcioError(f"{run.path}: not a run directory of hpcio.train (no "
+                         f"{RunDir.CONFIG})") from None
     return config
 
 
-def _kept(path):
+def _kept(run):
     """The summary.json the run itself wrote, if any."""
     try:
-        s, _ = schema.load(os.path.join(path, "summary.json"), "summary")
+        s, _ = run.summary()
     except (FileNotFoundError, schema.Invalid):
         return None
     return s if s.get("source") != SOURCE else None
 
 
-def _ours(path):
-    """Why hpcio.results may not write over the summary files in ``path`` (files it did
+def _ours(run):
+    """Why hpcio.results may not write over the summary files in ``run`` (files it did
     not write itself: a user's, or a damaged run's), or None."""
     for name, mine in _MINE.items():
-        p = os.path.join(path, name)
+        p = run.file(name)
         if not os.path.lexists(p):
             continue
         try:
@@ -95,9 +103,9 @@ _TITLE = b"hpcio.results: "
 _LISTED = 16  # missing ranks named one per line up to this many
 # file: does its beginning show that hpcio.results wrote it?
 _MINE = {
-    "summary.json": lambda head: re.match(rb'\{\s*"source":\s*"' + re.escape(SOURCE.encode())
+    RunDir.SUMMARY: lambda head: re.match(rb'\{\s*"source":\s*"' + re.escape(SOURCE.encode())
                                           + rb'"', head) is not None,
-    "summary.txt": lambda head: head.startswith(_TITLE),
+    RunDir.SUMMARY_TEXT: lambda head: head.startswith(_TITLE),
 }
 
 
@@ -108,27 +116,27 @@ def summarize_run(path):
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise HpcioError(f"{path}: no such run directory")
-    config = _config(path)
-    kept = _kept(path)
+    run = RunDir(path)
+    config = _config(run)
+    kept = _kept(run)
     if kept is not None:
         try:
-            text = schema.read_bytes(os.path.join(path, "summary.txt"),
-                                     schema.LIMITS["json"]).decode("utf-8", "replace")
+            text = run.summary_text()
         except (OSError, schema.Invalid):
             text = ""
         return kept, text + f"  {path}: the run finished; its summary is kept\n", None
-    refused = _ours(path)
+    refused = _ours(run)
     if refused:
         raise HpcioError(refused)
     ranks = config["ranks"]
     expected = (config.get("epochs") or 0) * (config.get("steps_per_epoch") or 0)
     missing, partial, flushed, per_rank, used, problems = [], [], {}, [], [], []
-    present, unusable = schema.rank_files(path, ranks)["npz"], set()
+    present, unusable = run.rank_files(ranks)["npz"], set()
     for r in range(ranks):
         if r not in present:
             missing.append(r)
             continue
-        got = _load_rank(path, r, problems)
+        got = _load_rank(run, r, problems)
         if got is None:
             missing.append(r)
             unusable.add(r)
@@ -140,9 +148,8 @@ def summarize_run(path):
         if flushed[r]:
             per_rank.append(rank_summary(arrays))
             used.append(r)
-    figures = summarize(per_rank) if per_rank else None
     complete = not missing and not partial
-    summary = {
+    head = {
         "source": SOURCE, "complete": complete, "cut_short": not complete,
         "reader": config.get("reader"), "model": config.get("model"), "ranks": ranks,
         "nodes": config.get("nodes"), "batch": config.get("batch"),
@@ -152,31 +159,34 @@ def summarize_run(path):
         "steps_flushed": {str(r): n for r, n in flushed.items()},
         "ranks_summarized": used,
         "exchange": config.get("exchange"),
+        "workload": config.get("workload"),
+        "au_threshold_percent": (None if config.get("au_threshold") is None
+                                 else 100.0 * config["au_threshold"]),
         "metrics_cover": "the steps flushed by ranks_summarized (per-rank lists follow "
                          "that order)",
-        "metrics": figures,
     }
     title = (f"hpcio.results: {config.get('model')} on {ranks} rank(s), reader "
              f"{config.get('reader')}, batch {config.get('batch')}: from the files the "
              f"ranks flushed" + ("" if complete else "  [INCOMPLETE]"))
-    lines = [format_table(figures, title) if figures else title + "\n  no step flushed"]
+    summary, table = run_summary(head, per_rank, title, {"problems": problems},
+                                 empty="no step flushed")
+    lines = [table]
     absent = set(missing) - unusable
     if len(absent) > _LISTED:  # a config claiming a million ranks: one line, not a million
-        lines.append(f"  ranks {schema.spans(absent)}: missing (no rank-R.npz)")
+        lines.append(f"  ranks {schema.spans(absent)}: missing (no "
+                     f"{RunDir.RANK_STEPS.format(rank='R')})")
     for r in sorted(flushed.keys() | unusable | (absent if len(absent) <= _LISTED else set())):
         if r in flushed:
             state = "partial" if r in partial else "finished"
             lines.append(f"  rank {r}: {flushed[r]} of {expected} steps flushed ({state})")
         else:
-            lines.append(f"  rank {r}: " + ("unusable (see below)" if r in unusable
-                                            else f"missing (no rank-{r}.npz)"))
+            lines.append(f"  rank {r}: " + (
+                "unusable (see below)" if r in unusable
+                else f"missing (no {RunDir.RANK_STEPS.format(rank=r)})"))
     lines.append(f"  results: {path}")
     lines += [f"  {p}" for p in problems]
     text = "\n".join(lines) + "\n"
-    summary["problems"] = problems
-    out = RunDir(path)
-    out.json("summary.json", summary)
-    out.text("summary.txt", text)
+    run.write_summary(summary, text)
     return summary, text, problems
 
 
@@ -187,11 +197,43 @@ def build_parser():
     s = sub.add_parser("summarize", help="summary.json/txt of a run from its ranks' "
                                          "flushed files, naming missing and partial ranks")
     s.add_argument("rundir", metavar="RUNDIR", help="a run directory of hpcio.train")
+    e = sub.add_parser("export", help="one row per run (MLPerf Storage / DLIO column "
+                                      "names, the rules checked) into a .json or .csv file")
+    e.add_argument("runs", nargs="+", metavar="RUNS",
+                   help="run directories, sweep directories, or directories of them")
+    e.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="results.json (a list of rows) or results.csv")
+    e.add_argument("--au-threshold", type=number(0.0, 100.0), default=None,
+                   metavar="PERCENT",
+                   help="the AU a run must reach (MLPerf Storage: 90 for 3D U-Net and "
+                        "ResNet-50, 70 for CosmoFlow; default: each run's own, from its "
+                        f"workload, else {AU_THRESHOLD:g})")
     return p
+
+
+def export(paths, output, threshold=None):
+    """Write the rows of every run under ``paths`` into ``output``; returns (rows,
+    problems). A path that holds no run is an error, before anything is written."""
+    output_format(output)
+    dirs, bad, _ = expand(paths)
+    if bad:
+        raise HpcioError(bad[0] + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
+    seen = list(dict.fromkeys(d for d, _ in dirs))
+    if not seen:
+        raise HpcioError(f"{' '.join(paths)}: no finished run to export")
+    rows, problems = export_rows(seen, threshold)
+    write_rows(rows, output)
+    return rows, problems
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    if args.command == "export":
+        rows, problems = export(args.runs, args.output, args.au_threshold)
+        print(f"hpcio.results: {len(rows)} run(s) written to {args.output}")
+        for p in problems:
+            print(f"hpcio.results: {p}", file=sys.stderr)
+        return 1 if problems else 0
     _, text, problems = summarize_run(args.rundir)
     sys.stdout.write(text)
     for p in problems or []:

@@ -19,8 +19,15 @@ directory (``sweep.lock``, flock: released when the sweep ends, however it ends)
 is refused in one line. SIGINT or SIGTERM to the sweep goes to the run in progress, which
 stops and writes what it measured; the sweep records it and exits 128 + the signal.
 
-Options after ``--`` (or any option this command does not know) go to every
-``hpcio.train`` job. A spec file holds the same keys as the options (``ranks``,
+``--find-max-accelerators`` answers MLPerf Storage's question instead: the most ranks
+(simulated accelerators) among ``--ranks`` whose AU stays at or above the threshold (the
+``--workload``'s or ``--au-threshold``, among the train options), by bisection over the
+counts, each probed with a warm-up run and five measured runs (:mod:`hpcio.explain.
+accelerators` has the rules); the answer, every probe and whether the rules held go into
+``sweep.json`` under ``search``.
+
+Options after ``--`` go to every ``hpcio.train`` job (a train option before it is refused
+in one line saying so). A spec file holds the same keys as the options (``ranks``,
 ``reader``, ``data``, ``reader_option``, ``repeat``, ``launcher``, ``darshan``, ``out``)
 and ``train`` (a mapping or list of train options); flags given here override it.
 """
@@ -38,9 +45,13 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from .cli import ArgumentParser, load_config
+from .cli import (COMMANDS, UNRECOGNIZED, ArgumentParser, command_options, load_config,
+                  misplaced_hint)
 from .errors import HpcioError, guard, interrupt_on
+from .explain import accelerators
+from .measure.schema import Invalid
 from .fsutil import atomic_json
+from .measure.rundir import RunDir
 from .mpiutil import launcher
 
 __all__ = ["Point", "points", "outcome", "error_line", "keep_stderr", "build_parser", "main",
@@ -148,6 +159,18 @@ def _check_repeat(v):
     return v
 
 
+def _check_warmup(v):
+    if not _is_int(v) or v < 0:
+        raise _Bad("expected an integer >= 0")
+    return v
+
+
+def _check_flag(v):
+    if not isinstance(v, bool):
+        raise _Bad("expected true or false")
+    return v
+
+
 def _check_text(v):
     if not isinstance(v, str) or not v.strip():
         raise _Bad("expected a non-empty string")
@@ -179,7 +202,8 @@ def _check_train(v):
 CHECKS = {"data": _check_data, "reader": _check_readers, "ranks": _check_ranks,
           "reader_option": _check_reader_options, "repeat": _check_repeat,
           "launcher": _check_text, "darshan": _check_text, "out": _check_text,
-          "train": _check_train}
+          "train": _check_train, "find_max_accelerators": _check_flag,
+          "warmup": _check_warmup, "simulate_beyond": _check_text}
 
 
 def _checked(key, value, spec_path=None):
@@ -209,6 +233,19 @@ def build_parser():
                    help="trace every run with this libdarshan.so (hpcio.train --darshan)")
     p.add_argument("--out", default=None, help="sweep directory (default: runs/sweep-<time>)")
     p.add_argument("--dry-run", action="store_true", help="list the runs and stop")
+    p.add_argument("--find-max-accelerators", action="store_true", default=None,
+                   help="MLPerf Storage's headline: the most ranks (simulated accelerators) "
+                        "among --ranks whose AU stays at or above the threshold (the "
+                        "workload's, or --au-threshold, after --), by a search over them: "
+                        "at each count --warmup runs, then --repeat runs (default 5) that "
+                        "must all pass and agree within 5%%")
+    p.add_argument("--simulate-beyond", metavar="PLATFORM.yaml", default=None,
+                   help="with --find-max-accelerators, when the largest count given passes: "
+                        "hpcio.simulate, calibrated on the search's measured runs, "
+                        "predicts the counts beyond it on this platform (marked simulated)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="with --find-max-accelerators: runs not counted before each point's "
+                        "(default 1, as MLPerf Storage)")
     return p
 
 
@@ -220,7 +257,10 @@ def _settings(argv):
         argv, extra = argv[:k], argv[k + 1:]
     else:
         extra = []
-    a, unknown = build_parser().parse_known_args(argv)
+    parser = build_parser()
+    a, unknown = parser.parse_known_args(argv)
+    if unknown:  # before any file is read: "--model emulate" would make "emulate" the spec
+        raise HpcioError(_misplaced(parser, argv, unknown, extra), everywhere=True)
     spec = load_config(a.spec) if a.spec else {}
     bad = sorted(set(spec) - set(CHECKS))
     if bad:
@@ -237,12 +277,41 @@ def _settings(argv):
     data = pick("data")
     if not data:
         raise HpcioError("--data DIR... is required (or data: in the spec)", everywhere=True)
+    search = bool(pick("find_max_accelerators", False))
     return {"data": [os.path.abspath(d) for d in data], "ranks": pick("ranks", [1]),
             "readers": pick("reader", ["naive", "coordinated"]),
-            "reader_options": pick("reader_option", [""]), "repeat": pick("repeat", 1),
+            "reader_options": pick("reader_option", [""]),
+            "repeat": pick("repeat", search and accelerators.RUNS or 1),
+            "find_max_accelerators": search,
+            "warmup": pick("warmup", accelerators.WARMUP) if search else 0,
+            "simulate_beyond": pick("simulate_beyond") if search else None,
             "launcher": pick("launcher") or launcher(), "darshan": pick("darshan"),
             "out": pick("out") or os.path.join("runs", time.strftime("sweep-%Y%m%d-%H%M%S")),
-            "train": (pick("train") or []) + unknown + extra, "dry_run": a.dry_run}
+            "train": (pick("train") or []) + extra, "dry_run": a.dry_run}
+
+
+def _misplaced(parser, argv, unknown, extra):
+    """The line for options this command does not know, given before ``--``: a train
+    option is said to go after ``--``, with the command so rearranged."""
+    train = command_options(COMMANDS["train"][1])
+    opt = next((w.split("=", 1)[0] for w in unknown if w.startswith("-")), None)
+    if opt not in train:
+        return UNRECOGNIZED + " ".join(unknown) + misplaced_hint(parser, unknown)
+    own, moved, k = [], [], 0
+    while k < len(argv):
+        w = argv[k]
+        name = w.split("=", 1)[0]
+        if w in unknown and name in train:
+            moved.append(w)
+            if "=" not in w and train[name] and k + 1 < len(argv) and \
+                    not argv[k + 1].startswith("-"):
+                k += 1
+                moved.append(argv[k])
+        else:
+            own.append(w)
+        k += 1
+    return (f"{opt} is a hpcio.train option: put train options after --, e.g. python -m "
+            f"hpcio.sweep {' '.join(map(shlex.quote, own + ['--'] + moved + extra))}")
 
 
 def _flag(key, value):
@@ -310,11 +379,9 @@ def keep_stderr(out, run_dir, stderr):
 def _summary(run_dir):
     """The run's summary.json, or None."""
     try:
-        with open(os.path.join(run_dir, "summary.json")) as f:
-            doc = json.load(f)
-    except (OSError, ValueError):
+        return RunDir(run_dir).summary()[0]
+    except (OSError, Invalid):
         return None
-    return doc if isinstance(doc, dict) else None
 
 
 def _figures(summary):
@@ -515,11 +582,14 @@ def main(argv=None):
     pts = points(s["data"], s["readers"], s["ranks"], s["reader_options"])
     out = os.path.abspath(s["out"])
     cores = os.cpu_count() or 1
-    emulate = _option(s["train"], "--model") == "emulate"
+    model = _option(s["train"], "--model")      # a --workload's is emulate
+    emulate = model == "emulate" or (model is None and _option(s["train"], "--workload"))
     over = [p.ranks for p in pts if p.ranks > cores]
     if over and not emulate:
         raise HpcioError(f"{max(over)} ranks on {cores} cores: only emulated compute "
                          f"(--model emulate) may oversubscribe the cores", everywhere=True)
+    if s["find_max_accelerators"]:
+        return _find_max(s, out, cores, bool(over))
     todo = [(rep, p) for rep in range(s["repeat"]) for p in pts]
     if s["dry_run"]:
         for rep, p in todo:
@@ -533,15 +603,16 @@ def main(argv=None):
                          f"({e.strerror}: {e.filename})") from None
     lock = _lock(out)
     try:
-        return _sweep(s, out, todo, cores, bool(over))
+        return _sweep(s, out, todo, cores, bool(over))[0]
     finally:
         if lock is not None:
             os.close(lock)
 
 
-def _sweep(s, out, todo, cores, over):
-    """Run every point not done yet, recording each attempt before it starts and after it
-    ends (sweep.json, atomically). Returns the exit code."""
+def _sweep(s, out, todo, cores, over, extra=None):
+    """Run every point of ``todo`` not done yet, recording each attempt before it starts
+    and after it ends (sweep.json, atomically; the record's other runs and ``extra``
+    kept beside them). Returns (exit code, the record)."""
     path = os.path.join(out, SWEEP)
     record = _load(path)
     settings = {k: v for k, v in s.items() if k not in ("out", "dry_run")}
@@ -552,22 +623,29 @@ def _sweep(s, out, todo, cores, over):
              r["point"]["reader_option"], r["repeat"]): r
             for r in (record or {}).get("runs", [])}
     doc = {"settings": settings, "cores": cores, "oversubscribed": over, "runs": []}
+    doc.update(extra or {})
+    mine = []
     for rep, p in todo:
         key = (p.data, p.reader, p.ranks, p.reader_option, rep)
-        doc["runs"].append(runs.get(key) or {"point": asdict(p), "repeat": rep,
-                                             "status": "pending", "attempts": 0})
+        mine.append(runs.pop(key, None) or {"point": asdict(p), "repeat": rep,
+                                            "status": "pending", "attempts": 0})
+        if rep < s.get("warmup", 0):
+            mine[-1]["warmup"] = True
+    if extra is not None:    # a search: the points probed before this one stay recorded
+        doc["runs"] += list(runs.values())
+    doc["runs"] += mine
     for r in doc["runs"]:
         if r["status"] == "running":  # the sweep that ran it ended first (SIGKILL)
             r.update(status="interrupted",
                      error="the sweep ended while it ran; its results are as it left them")
     atomic_json(path, doc)
-    done = sum(r["status"] == "done" for r in doc["runs"])
+    done = sum(r["status"] == "done" for r in mine)
     if done:
         print(f"hpcio.sweep: resuming {out}: {done} of {len(todo)} runs done", flush=True)
     recorded = _recorded_dirs(doc)
     forward = _Forward()
     try:
-        for k, r in enumerate(doc["runs"]):
+        for k, r in enumerate(mine):
             if forward.signum is not None:
                 break
             if r["status"] == "done":
@@ -600,10 +678,103 @@ def _sweep(s, out, todo, cores, over):
                   f"{r['repeat']}: {_line(r)} ({r['seconds']:.1f} s)", flush=True)
     finally:
         forward.restore()
-    print(_totals(doc, path, forward.signum), flush=True)
+    if extra is None:
+        print(_totals(doc, path, forward.signum), flush=True)
     if forward.signum is not None:
-        return 128 + forward.signum
-    return 0 if all(r["status"] == "done" for r in doc["runs"]) else 1
+        return 128 + forward.signum, doc
+    return (0 if all(r["status"] == "done" for r in doc["runs"]) else 1), doc
+
+
+def _find_max(s, out, cores, over):
+    """MLPerf Storage's accelerators-supported search over ``--ranks`` (one reader, one
+    dataset): each probed count runs as a sweep point, warm-ups first; the answer and every
+    probe go into sweep.json under ``search``."""
+    if len(s["readers"]) != 1 or len(s["data"]) != 1 or s["reader_options"] != [""]:
+        raise HpcioError("--find-max-accelerators searches one reader on one dataset: give "
+                         "one --reader and one --data", everywhere=True)
+    threshold, source = accelerators.threshold(_option(s["train"], "--au-threshold"),
+                                               _option(s["train"], "--workload"))
+    if s["dry_run"]:
+        print(f"hpcio.sweep: would search {', '.join(map(str, s['ranks']))} ranks for AU >= "
+              f"{100 * threshold:.0f}% ({source})", flush=True)
+        return 0
+    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
+    lock = _lock(out)
+    probes = {}
+
+    def probe(ranks):
+        p = Point(s["data"][0], s["readers"][0], ranks)
+        todo = [(rep, p) for rep in range(s["warmup"] + s["repeat"])]
+        code, doc = _sweep(s, out, todo, cores, over, {"search": search(None)})
+        if code > 128:
+            raise _Stopped(code)
+        probes[ranks] = accelerators.judge(
+            [r for r in doc["runs"] if r["point"]["ranks"] == ranks and not r.get("warmup")],
+            threshold)
+        atomic_json(os.path.join(out, SWEEP), dict(doc, search=search(None)))
+        print(f"hpcio.sweep: {ranks} accelerator(s): {probes[ranks]['verdict']}", flush=True)
+        return probes[ranks]["passed"]
+
+    def search(answer):
+        done = [dict(ranks=n, **probes[n]) for n in sorted(probes)]
+        ok, why = accelerators.rules(s["warmup"], s["repeat"], done)
+        return {"threshold_percent": 100 * threshold, "threshold_from": source,
+                "candidates": s["ranks"], "warmup": s["warmup"], "runs": s["repeat"],
+                "probes": done, "max_accelerators": answer,
+                "rules": {"followed": ok, "reasons": why}}
+
+    try:
+        answer = accelerators.search(s["ranks"], probe)
+    except _Stopped as e:
+        return e.code
+    finally:
+        if lock is not None:
+            os.close(lock)
+    doc = _load(os.path.join(out, SWEEP))
+    doc["search"] = search(answer)
+    print(accelerators.answer_line(doc["search"], s["readers"][0],
+                                   os.path.join(out, SWEEP)), flush=True)
+    if s["simulate_beyond"] and answer == max(s["ranks"]):
+        doc["search"]["simulated"] = _simulate_beyond(s, out, doc, answer, threshold)
+        print(accelerators.simulated_line(doc["search"]["simulated"]), flush=True)
+    atomic_json(os.path.join(out, SWEEP), doc)
+    return 0
+
+
+def _simulate_beyond(s, out, doc, answer, threshold):
+    """``hpcio.simulate predict`` on the search's measured runs (warm-ups left out), at
+    powers of two past ``answer`` that the data (the workload's full size, if any) hold:
+    its accelerators-supported answer, marked simulated, or why there is none."""
+    runs = [r["run_dir"] for r in doc["runs"] if r["status"] == "done" and not r.get("warmup")]
+    config = RunDir(runs[0]).config()[0]
+    records = (accelerators.records_of(_option(s["train"], "--workload"))
+               or config["dataset"]["records"])
+    beyond = [answer * 2 ** k for k in range(1, 7) if answer * 2 ** k * config["batch"]
+              <= records]
+    where = os.path.join(out, "simulated")
+    base = {"platform": s["simulate_beyond"], "note": "simulated, not measured",
+            "output": where}
+    if not beyond:
+        return dict(base, error=f"the data ({records:,} records) hold no more ranks of "
+                                f"batch {config['batch']}")
+    cmd = [sys.executable, "-m", "hpcio.simulate", "predict", "--platform",
+           s["simulate_beyond"], "--from", *runs, "--ranks", ",".join(map(str, beyond)),
+           "--records", str(records), "--au-threshold", str(100 * threshold),
+           "--scale-out", "-o", where]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode:
+        return dict(base, error=error_line(p.stderr))
+    with open(os.path.join(where, "prediction.json")) as f:
+        got = json.load(f)["accelerators_supported"]
+    return dict(base, simulated_ranks=beyond, **next(iter(got.values())))
+
+
+class _Stopped(Exception):
+    """A signal stopped the search's current run: the sweep exits with its code."""
+
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
 
 
 if __name__ == "__main__":

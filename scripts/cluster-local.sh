@@ -29,7 +29,8 @@
 #   eval "$(scripts/cluster-local.sh env)"; srun -N 4 -n 8 --mpi=pmi2 python -m hpcio.train ...
 # MPI between nodes goes over TCP across the bridge; ranks on one node share memory.
 #
-# start refuses while a cluster is up or half up (stop cleans one); a start that fails
+# start refuses while a cluster is up or half up (stop cleans one), and clears the state of
+# one that no longer runs (after a reboot or a kill) without signalling anything; a start that fails
 # removes what it made. stop ends, by pid, every process in the nodes' namespaces and what
 # start started, unmounts and deletes the links. Logs: /var/log/hpcio-cluster/.
 set -euo pipefail
@@ -120,7 +121,11 @@ start() {
   local cap; cap=$(capacity)
   [ "$nodes" -le "$cap" ] ||
     die "--nodes $nodes: this machine holds at most $cap ($(nproc) cores x 4, 1 GiB available memory each)"
-  [ -e "$STATE" ] && die "a cluster is already up or half up ($STATE); run '$0 stop' first"
+  if [ -e "$STATE" ]; then
+    stale || die "a cluster is already up or half up ($STATE); run '$0 stop' first"
+    echo "cluster-local: $STATE was left by a cluster that no longer runs (a reboot, a kill): removed" >&2
+    rm -rf "$STATE"            # its pids may belong to others now: nothing is signalled
+  fi
   ip link show "$BR" >/dev/null 2>&1 && die "bridge $BR exists but no cluster state: not ours, not touched"
   for c in unshare nsenter ip glusterfs; do command -v "$c" >/dev/null || die "needs $c"; done
   [ -n "$slurm" ] && install_slurm
@@ -363,6 +368,12 @@ in_ns_of() {                   # pids whose network namespace is that of pid $1 
     [ "$p" != "$1" ] && [ "$(readlink "/proc/$p/ns/net" 2>/dev/null)" = "$ns" ] && echo "$p"
   done
   true
+}
+
+stale() {                      # STATE names no node that still holds its namespaces, no bridge
+  ( load_state
+    for k in $(seq "${NODES:-0}"); do holds "$k" && exit 1; done
+    ! ip link show "$BR" >/dev/null 2>&1 )
 }
 
 teardown() {

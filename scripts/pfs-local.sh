@@ -27,8 +27,9 @@
 # holds writes only until close or fsync and serves no cold read, and without it writing
 # through a 500 us delay was 3-6x slower.
 #
-# start refuses while any part of a testbed is up (stop cleans a half-up one); a start that
-# fails removes what it made. Logs, the bricks' too: DATA/log/.
+# start refuses while any part of a testbed is up (stop cleans a half-up one), and clears the
+# state of one that no longer runs (after a reboot or a kill); a start that fails removes what
+# it made. Logs, the bricks' too: DATA/log/.
 set -euo pipefail
 
 NS=hpcio-pfs                 # network namespace
@@ -116,7 +117,11 @@ start() {
   [[ $timeout =~ ^[1-9][0-9]*$ ]] || die "--timeout wants seconds, got '$timeout'"
   [ "$(id -u)" = 0 ] || die "needs root"
   local busy="a testbed is already up or half up ($STATE); run '$0 stop' first"
-  [ -e "$STATE" ] && die "$busy"
+  if [ -e "$STATE" ]; then
+    stale || die "$busy"
+    echo "pfs-local: $STATE was left by a testbed that no longer runs (a reboot, a kill): removed" >&2
+    ( teardown ) >/dev/null 2>&1 || true
+  fi
   mount=$(realpath -m -- "$mount"); DATA=$(realpath -m -- "$DATA")
   [[ $mount$DATA =~ [[:space:]] ]] && die "paths with spaces are not supported"
   if [ -e "$mount" ]; then
@@ -251,6 +256,13 @@ status() {                     # asks glusterd only when ours is running: the CL
     echo "delay      none; rate ${RATE:-none}"; up=$((up + 1))
   else echo "delay      unknown (volume not answering); rate ${RATE:-none}"; fi
   [ "$up" = 5 ] || exit 3
+}
+
+stale() {                      # STATE names nothing that runs: no namespace, link, process or mount
+  ( load_state
+    ! ns_up && ! ip link show "$VH" >/dev/null 2>&1 &&
+      ! owns "${GLUSTERD:-}" "$STATE/glusterd.vol" && ! owns "${CLIENT:-}" "$STATE/client.pid" &&
+      ! { [ -n "${MOUNT:-}" ] && mountpoint -q "$MOUNT"; } )
 }
 
 # --- stop ------------------------------------------------------------------------------------

@@ -15,10 +15,11 @@ import yaml
 
 from common.datasets import make_dataset
 from common.mpi import run_py
-from hpcio.analysis import darshanlog, model
-from hpcio.analysis.report import analyse
-from hpcio.analysis.runs import load, load_run
-from hpcio.measure.darshan import find_parser
+from hpcio.explain import model
+from hpcio.explain.report import analyse
+from hpcio.explain.runs import load, load_run
+from hpcio.measure import darshanlog
+from hpcio.measure.darshanlog import find_parser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "hpcio-runs")
@@ -248,7 +249,7 @@ def test_dxt_reads_split_into_exposed_and_overlapped():
     overlapping compute, none in a later step's wait."""
     _fixtures()
     run = load_run(os.path.join(RUNS, "pfs-inet-lmdb-coordinated-n4"))
-    from hpcio.analysis.tables import exposure
+    from hpcio.explain.tables import exposure
     e, o, outside = exposure(run, run.logs[0])
     assert e.shape == o.shape == (4, 24)
     assert e[:, 0].sum() > 0.3 and e[:, 1:].sum() < 0.01 and o.sum() > 0.02
@@ -264,7 +265,7 @@ def test_dxt_alignment_follows_each_ranks_clock(tmp_path):
     stamps put each rank's reads where they were; the log's start alone would not."""
     _fixtures()
     base = load_run(os.path.join(RUNS, "pfs-inet-lmdb-coordinated-n4"))
-    from hpcio.analysis.tables import dxt_shifts, exposure
+    from hpcio.explain.tables import dxt_shifts, exposure
     e0, o0, out0 = exposure(base, base.logs[0])
     (moved,) = _copy(["pfs-inet-lmdb-coordinated-n4"], tmp_path)
     start = base.logs[0].start

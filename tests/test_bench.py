@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from hpcio.analysis.bench import summarize
+from hpcio.explain.benchtable import summarize
 from hpcio.bench import parse_reader
 from hpcio.errors import HpcioError
 

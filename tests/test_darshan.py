@@ -14,10 +14,11 @@ import tempfile
 
 import pytest
 
-from common.datasets import error_lines, make_dataset
-from common.mpi import mpiexec, run_mpi, run_py
+from common.datasets import make_dataset
+from common.failure import one_line
+from common.mpi import mpiexec, run_mpi, run_py, slurm_up
 from hpcio.errors import HpcioError
-from hpcio.measure import darshan
+from hpcio.measure import darshan, darshanlog
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
@@ -71,7 +72,7 @@ def parser(request):
     """None (PyDarshan) when PyDarshan is installed, else the build's darshan-parser."""
     if importlib.util.find_spec("darshan") is not None:
         return None
-    return darshan.find_parser(request.getfixturevalue("lib"))
+    return darshanlog.find_parser(request.getfixturevalue("lib"))
 
 
 def _traced(n, lib, config, data, out, launcher=None):
@@ -166,8 +167,8 @@ def _check_traced_mpiio(ranks, log, data_size, lib):
         assert len(r["libmpi"]) == 1  # one MPI library, shared by Darshan and mpi4py
         assert r["libdarshan"] == [os.path.realpath(lib)]
     assert os.path.isfile(log)
-    s = darshan.log_summary(log)
-    assert s["nprocs"] == 2 and s["partial"] == [] and not darshan.log_is_partial(log)
+    s = darshanlog.log_summary(log)
+    assert s["nprocs"] == 2 and s["partial"] == [] and not darshanlog.log_is_partial(log)
     assert {"POSIX", "MPI-IO", "DXT_POSIX", "DXT_MPIIO"} <= set(s["modules"])
     assert s["bytes_read"]["MPI-IO"] == {r["rank"]: r["read"] for r in ranks}
     assert sum(r["read"] for r in ranks) == data_size
@@ -186,25 +187,12 @@ def test_traced_mpiexec_mpiio_reads(lib, tmp_path):
     assert os.listdir(os.path.join(out, "darshan")) == ["read.darshan"]
     assert not os.path.exists(os.path.join(out, "fallback")) or \
         os.listdir(os.path.join(out, "fallback")) == []
-    parsed = darshan.log_summary(log, parser=darshan.find_parser(lib))
+    parsed = darshanlog.log_summary(log, parser=darshanlog.find_parser(lib))
     assert parsed == s  # darshan-parser and PyDarshan (when installed) agree
 
 
-def _slurm_up():
-    if not os.path.isdir("/etc/slurm") or not shutil.which("srun") or not shutil.which("sinfo"):
-        return "srun not installed or no /etc/slurm"
-    try:
-        p = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
-                           timeout=10)
-    except subprocess.TimeoutExpired:
-        return "slurmctld does not answer"
-    if p.returncode or not any(s.startswith(("idle", "mix")) for s in p.stdout.split()):
-        return f"no idle Slurm node ({p.stdout.strip() or p.stderr.strip()})"
-    return None
-
-
 def test_traced_srun_pmi2_mpiio_reads(lib, tmp_path):
-    why = _slurm_up()
+    why = "no /etc/slurm" if not os.path.isdir("/etc/slurm") else slurm_up()
     if why:
         pytest.skip(f"no Slurm here: {why}")
     data, size = _data_file(tmp_path)
@@ -226,7 +214,7 @@ def folder(tmp_path_factory):
 def test_config_sized_for_a_folder_keeps_every_file(lib, folder, tmp_path):
     config = darshan.write_config(str(tmp_path / "d.conf"), 3000)
     _, ranks, log = _traced(2, lib, config, folder, str(tmp_path / "run"))
-    s = darshan.log_summary(log)
+    s = darshanlog.log_summary(log)
     assert s["partial"] == []
     assert s["records"]["POSIX"] == 3000 + 2  # every file, and the two rank-<r>.json
     assert [r["read"] for r in ranks] == [1500 * 1024] * 2
@@ -238,25 +226,19 @@ def test_default_record_table_overflows_partial(lib, folder, tmp_path):
     config.write_text("".join(ln for ln in _text(darshan.DEFAULT_CONFIG).splitlines(True)
                               if ln.startswith("NAME_EXCLUDE")))
     _, _, log = _traced(2, lib, str(config), folder, str(tmp_path / "run"))
-    assert darshan.log_is_partial(log)
-    s = darshan.log_summary(log)
+    assert darshanlog.log_is_partial(log)
+    s = darshanlog.log_summary(log)
     assert "POSIX" in s["partial"]
     assert s["records"]["POSIX"] <= 2 * 1024
 
 
 # -- bad input: one line, non-zero exit, nothing left running -------------------------
 
-def _one_line(p):
-    lines = error_lines(p.stderr)
-    assert p.returncode != 0 and len(lines) == 1, p.stderr
-    return lines[0]
-
-
 def test_no_library(tmp_path):
     data, _ = _data_file(tmp_path, 10)
     p = run_py([WORKLOAD, str(tmp_path / "libdarshan.so"), darshan.DEFAULT_CONFIG, data,
                 str(tmp_path / "run")], timeout=60)
-    assert "no Darshan library at" in _one_line(p)
+    assert "no Darshan library at" in one_line(p, "darshan_read: ")
 
 
 def test_library_that_is_not_darshan(tmp_path):
@@ -264,7 +246,7 @@ def test_library_that_is_not_darshan(tmp_path):
     libmpi = darshan.mpi4py_libmpi()
     p = run_py([WORKLOAD, libmpi, darshan.DEFAULT_CONFIG, data, str(tmp_path / "run")],
                timeout=60)
-    assert "is not a Darshan runtime library" in _one_line(p)
+    assert "is not a Darshan runtime library" in one_line(p, "darshan_read: ")
     text = tmp_path / "libdarshan.so"
     text.write_text("not a library\n")
     with pytest.raises(HpcioError, match="is not a shared library"):
@@ -275,7 +257,8 @@ def test_bad_library_under_mpiexec_ends_every_rank(tmp_path):
     data, _ = _data_file(tmp_path, 10)
     p = run_mpi(2, [WORKLOAD, str(tmp_path / "nope.so"), darshan.DEFAULT_CONFIG, data,
                     str(tmp_path / "run")], timeout=60)
-    assert _one_line(p) == f"darshan_read: error: no Darshan library at {tmp_path}/nope.so"
+    assert one_line(p, "darshan_read: ") == \
+        f"darshan_read: error: no Darshan library at {tmp_path}/nope.so"
 
 
 def test_library_of_another_mpi(tmp_path_factory):
@@ -295,13 +278,13 @@ def test_library_of_another_mpi(tmp_path_factory):
 
 def test_bad_logs(tmp_path):
     with pytest.raises(HpcioError, match="no Darshan log at"):
-        darshan.log_summary(str(tmp_path / "none.darshan"))
+        darshanlog.log_summary(str(tmp_path / "none.darshan"))
     junk = tmp_path / "junk.darshan"
     junk.write_bytes(b"3.41" + bytes(2000))
     with pytest.raises(HpcioError, match="is not a Darshan 3 log"):
-        darshan.log_is_partial(str(junk))
+        darshanlog.log_is_partial(str(junk))
     p = run_py(["-m", "hpcio.measure.darshan", "summary", str(junk)], timeout=60)
-    assert "is not a Darshan 3 log" in _one_line(p)
+    assert "is not a Darshan 3 log" in one_line(p)
 
 
 # -- the shared fixture logs and their truth ------------------------------------------
@@ -324,7 +307,7 @@ def test_fixture_logs_against_truth(parser):
     for log in logs:
         mode, np_ = os.path.basename(log)[:-len(".darshan")].rsplit("-np", 1)
         ranks = truth[(mode, int(np_))]
-        s = darshan.log_summary(log, parser)
+        s = darshanlog.log_summary(log, parser)
         assert s["nprocs"] == len(ranks) and s["version"] == "3.5.0"
         posix = s["bytes_read"]["POSIX"]
         got = {r: t["bytes"] for r, t in ranks.items()}
@@ -339,7 +322,7 @@ def test_fixture_logs_against_truth(parser):
             assert s["records"]["POSIX"] == sum(t["records"] for t in ranks.values())
         # only the 1-rank image run overflowed a table: DXT's 2 MiB default trace memory
         expect = ["DXT_POSIX"] if (mode, np_) == ("naive-images", "1") else []
-        assert s["partial"] == expect and darshan.log_is_partial(log) == bool(expect)
+        assert s["partial"] == expect and darshanlog.log_is_partial(log) == bool(expect)
 
 
 def test_hpcio_run_logs_match_the_runs_counters(parser):
@@ -347,7 +330,7 @@ def test_hpcio_run_logs_match_the_runs_counters(parser):
     assert runs
     for run in runs:
         log, = glob.glob(os.path.join(run, "darshan", "*.darshan"))
-        s = darshan.log_summary(log, parser)
+        s = darshanlog.log_summary(log, parser)
         stats = {}
         for path in glob.glob(os.path.join(run, "rank-*.json")):
             r = json.loads(_text(path))
@@ -365,9 +348,9 @@ def test_hpcio_run_logs_match_the_runs_counters(parser):
 
 def test_parser_and_pydarshan_agree_on_fixtures(lib):
     pytest.importorskip("darshan", reason="PyDarshan not installed (the [darshan] extra)")
-    parser = darshan.find_parser(lib)
+    parser = darshanlog.find_parser(lib)
     for log in glob.glob(os.path.join(_fixture("darshan"), "*.darshan")):
-        assert darshan.log_summary(log) == darshan.log_summary(log, parser)
+        assert darshanlog.log_summary(log) == darshanlog.log_summary(log, parser)
 
 
 def test_incomplete_tracing_is_named(tmp_path):
@@ -402,7 +385,7 @@ def test_traced_training_run(tmp_path, lib, parser, reader):
     assert "warning" not in p.stderr
     logs = glob.glob(str(out / "darshan" / "*.darshan"))
     assert logs == [str(out / "darshan" / "run.darshan")]
-    assert not darshan.log_is_partial(logs[0])
+    assert not darshanlog.log_is_partial(logs[0])
     with open(out / "env.json") as f:
         env = json.load(f)
     assert env["darshan"]["log"] == logs[0] and env["darshan"]["library"]
@@ -410,7 +393,7 @@ def test_traced_training_run(tmp_path, lib, parser, reader):
     for r in range(2):
         with open(out / f"rank-{r}.json") as f:
             ranks.append(json.load(f)["reader_stats"])
-    summary = darshan.log_summary(logs[0], None if parser is None else parser)
+    summary = darshanlog.log_summary(logs[0], None if parser is None else parser)
     if reader == "coordinated":
         mpiio = summary["bytes_read"]["MPI-IO"]
         assert sum(mpiio.values()) == sum(r["read_bytes"] for r in ranks) > 0

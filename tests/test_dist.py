@@ -7,6 +7,7 @@ import os
 import pytest
 
 from common.datasets import make_dataset
+from common.failure import one_line
 from common.mpi import run_mpi
 from hpcio.train.dist import DISTS, free_port
 
@@ -77,11 +78,9 @@ def _refused(tmp_path, args, env=None):
     out = tmp_path / "run"
     p = run_mpi(2, ["-m", "hpcio.train", "--data", ds.root, "--model", "lenet",
                     "--batch", "4", "--out", out] + args, timeout=90, env=env)
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert p.returncode == 2 and len(lines) == 1, f"{p.returncode}\n{p.stderr}"
-    assert lines[0].startswith("hpcio.train: error: --")
+    line = one_line(p, "hpcio.train: error: --", rc=2, raw=True)
     assert not out.exists()
-    return lines[0]
+    return line
 
 
 @pytest.mark.mpi

@@ -15,6 +15,7 @@ from hpcio.data import pictures
 from hpcio.data.dataset import open_dataset
 from hpcio.errors import HpcioError
 from hpcio.formats import FORMATS, get_format
+from hpcio.formats.example import example_images
 from hpcio.formats.lmdb import mapping_start, value_offsets
 from hpcio.data.presets import PRESETS
 
@@ -58,6 +59,22 @@ def library_bytes(ds, i):
         ext = pictures.EXTENSIONS[ds.encoding]
         with open(os.path.join(p, f"{lab:04d}", f"{i:08d}.{ext}"), "rb") as f:
             return f.read()
+    if ds.format == "npz":  # numpy alone: the shard's files in order, samples of x
+        for name in sorted(os.listdir(p)):
+            with np.load(os.path.join(p, name)) as z:
+                if j < len(z["y"]):
+                    x = z["x"]
+                    if "offsets" in z:
+                        return x[z["offsets"][j]:z["offsets"][j + 1]].tobytes()
+                    return x[j].tobytes()
+                j -= len(z["y"])
+    if ds.format == "tfrecord":  # the j-th record's data, TensorFlow's framing walked
+        with open(p, "rb") as f:
+            data = f.read()
+        at = 0
+        for _ in range(j):
+            at += 16 + int.from_bytes(data[at:at + 8], "little")
+        return data[at + 12:at + 12 + int.from_bytes(data[at:at + 8], "little")]
     with open(p, "rb") as f:  # packed: the shard is the records back to back
         data = f.read()
     before = int(ds.index.length[shard["records"][0]:i].sum())
@@ -86,6 +103,9 @@ def test_index_bytes_are_the_library_records(tmp_path, fmt, enc):
         b = index_bytes(ds, i)
         assert b == library_bytes(ds, i), i
         assert native[i] == b, i
+        if ds.manifest.get("container") == "example":  # the image inside the record
+            o, n, _ = example_images(np.frombuffer(b, np.uint8), [0], [len(b)])
+            b = b[int(o[0]):int(o[0] + n[0])]
         if enc != "jpeg":
             assert np.array_equal(pictures.decode(b, enc, p.shape), px[i])
     m = ds.manifest
@@ -178,8 +198,8 @@ def test_lmdb_offsets_from_the_process_mapping(tmp_path):
 
 
 def test_unknown_format_and_bad_shards(tmp_path):
-    with pytest.raises(HpcioError, match="unknown format 'tfrecord'"):
-        get_format("tfrecord")
+    with pytest.raises(HpcioError, match="unknown format 'petastorm'"):
+        get_format("petastorm")
     with pytest.raises(HpcioError, match="--shards must be between 1 and the record count"):
         make_dataset(tmp_path, "packed", "raw", records=3, shards=4)
     with pytest.raises(HpcioError, match="--records must be at least 1"):

@@ -19,6 +19,7 @@ from hpcio.errors import HpcioError
 from hpcio.readers import check_options
 
 from common.datasets import make_dataset
+from common.failure import one_line
 from common.mpi import run_mpi
 from test_train import check_run
 
@@ -53,10 +54,7 @@ def sets(tmp_path_factory):
 # ---- refusals: one line, exit 2, nothing written, no abort banner ------------------------
 def _refused(p, prog):
     """The job's whole stderr is one line of ``prog`` (no traceback, no launcher banner)."""
-    lines = p.stderr.strip().splitlines()
-    assert p.returncode == 2 and len(lines) == 1, (p.returncode, p.stderr)
-    assert lines[0].startswith(f"{prog}: error: reader option hdf5=mpio: "), lines[0]
-    return lines[0]
+    return one_line(p, f"{prog}: error: reader option hdf5=mpio: ", rc=2, raw=True)
 
 
 def _both(tmp_path, ds):

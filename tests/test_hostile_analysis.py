@@ -8,7 +8,6 @@ import glob
 import io
 import json
 import os
-import shutil
 import struct
 import threading
 import time
@@ -20,9 +19,12 @@ import pytest
 import yaml
 
 from common.mpi import run_py
-from hpcio.analysis import darshanlog, schema
-from hpcio.analysis.report import analyse
-from hpcio.analysis.runs import load
+from common.failure import one_line
+from common.fixtures import copy_run
+from hpcio.measure import schema
+from hpcio.measure import darshanlog
+from hpcio.explain.report import analyse
+from hpcio.explain.runs import load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "hpcio-runs")
@@ -38,14 +40,7 @@ pytestmark = pytest.mark.skipif(not os.path.isdir(RUNS), reason=f"no fixture run
 
 
 def _copy(name, dest):
-    """A writable copy of a fixture run (shared/ is read-only)."""
-    d = os.path.join(str(dest), name)
-    shutil.copytree(os.path.join(RUNS, name), d)
-    for p, _, files in os.walk(d):
-        os.chmod(p, 0o755)
-        for f in files:
-            os.chmod(os.path.join(p, f), 0o644)
-    return d
+    return copy_run(RUNS, name, dest)
 
 
 def _log(run):
@@ -136,7 +131,7 @@ def _regions(data):
 def _rebuild(data, module, edit):
     """The log with module ``module``'s region decompressed, edited and compressed again,
     the regions after it moved and the header's offsets and lengths set to match."""
-    idx = darshanlog._MODULE_IDS.index(module)
+    idx = darshanlog.MODULE_IDS.index(module)
     regions = _regions(data)
     out = bytearray(data[:regions[0][1]])
     for key, off, n in regions:
@@ -152,7 +147,7 @@ def _rebuild(data, module, edit):
 
 def _inflate(blob, comp=0):
     """A region's streams, back to back, decompressed (Darshan writes one per rank)."""
-    return darshanlog._inflate(blob, comp, "region")
+    return darshanlog.inflate(blob, comp, "region")
 
 
 def _write(path, text):
@@ -161,7 +156,7 @@ def _write(path, text):
 
 
 def _region(data, module):
-    idx = darshanlog._MODULE_IDS.index(module)
+    idx = darshanlog.MODULE_IDS.index(module)
     return next((off, n) for k, off, n in _regions(data) if k == idx)
 
 
@@ -170,7 +165,7 @@ def _truncate(data):
 
 
 def _zero_header(data):
-    return bytes(darshanlog._HEADER) + data[darshanlog._HEADER:]
+    return bytes(darshanlog.HEADER_BYTES) + data[darshanlog.HEADER_BYTES:]
 
 
 def _bad_magic(data):
@@ -243,11 +238,8 @@ def test_a_corrupt_log_is_skipped_by_name_and_the_report_made(tmp_path, variant)
     before = _state(tmp_path / "in")
     out = tmp_path / "out"
     p = run_py(ANALYZE + [bad, good, "-o", out, "--format", "json"], timeout=300)
-    assert p.returncode == 1, p.stderr
-    lines = _lines(p.stderr)
-    assert len(lines) == 1 and "Traceback" not in p.stderr, p.stderr
-    assert lines[0].startswith(f"hpcio.analyze: {log}: ") and says in lines[0], lines[0]
-    assert lines[0].endswith("; left out")
+    line = one_line(p, f"hpcio.analyze: {log}: ", rc=1, raw=True)
+    assert says in line and line.endswith("; left out"), line
     with open(out / "summary.json") as f:
         doc = json.load(f)
     assert [r["run"] for r in doc["tables"]["table-b"]] == [GOOD]
@@ -269,7 +261,7 @@ def test_every_region_is_checked(tmp_path, corrupt, says):
     with open(src, "rb") as f:
         data = f.read()
     if b"DXT" in says.encode() and not any(
-            k == darshanlog._MODULE_IDS.index("DXT_POSIX") for k, _, _ in _regions(data)):
+            k == darshanlog.MODULE_IDS.index("DXT_POSIX") for k, _, _ in _regions(data)):
         pytest.skip("this log has no DXT_POSIX region")
     p = tmp_path / "x.darshan"
     p.write_bytes(corrupt(data))
@@ -304,8 +296,8 @@ def test_a_bzip2_log_is_read_and_its_corruption_found(tmp_path, capfd):
     with open(src, "rb") as f:
         data = f.read()
     regions = _regions(data)
-    out = bytearray(data[:darshanlog._HEADER])
-    out += bz2.compress(_inflate(data[darshanlog._HEADER:regions[0][1]]))
+    out = bytearray(data[:darshanlog.HEADER_BYTES])
+    out += bz2.compress(_inflate(data[darshanlog.HEADER_BYTES:regions[0][1]]))
     out[16] = 1
     for key, off, n in regions:
         blob = bz2.compress(_inflate(data[off:off + n]))
@@ -493,8 +485,8 @@ def test_a_fifo_rank_file_does_not_hang_either_command(tmp_path):
     os.remove(os.path.join(run, "rank-1.npz"))
     os.mkfifo(os.path.join(run, "rank-1.npz"))
     p = run_py(SUMMARIZE + [run], timeout=60)
-    assert p.returncode == 1 and _lines(p.stderr) == [
-        f"hpcio.results: {run}/rank-1.npz: not a regular file (a FIFO); rank 1 is left out"]
+    assert one_line(p, rc=1, raw=True) == \
+        f"hpcio.results: {run}/rank-1.npz: not a regular file (a FIFO); rank 1 is left out"
     assert "rank 1: unusable (see below)" in p.stdout
     with open(os.path.join(run, "summary.json")) as f:
         s = json.load(f)
@@ -512,9 +504,9 @@ def test_a_billion_ranks_neither_hangs_nor_allocates(tmp_path):
     t = time.monotonic()
     p = run_py(SUMMARIZE + [run], timeout=60)
     assert time.monotonic() - t < 30
-    assert p.returncode == 2 and _lines(p.stderr) == [
+    assert one_line(p, rc=2, raw=True) == (
         f"hpcio.results: error: {run}/config.yaml: ranks: 1000000000 is out of range "
-        f"(1 to {schema.MAX_RANKS:,})"]
+        f"(1 to {schema.MAX_RANKS:,})")
     p = run_py(ANALYZE + [run, "-o", tmp_path / "out"], timeout=60)
     assert p.returncode == 2 and "out of range" in p.stderr and "Traceback" not in p.stderr
 

@@ -15,6 +15,7 @@ import pytest
 from hpcio.data.dataset import open_dataset
 
 from common.datasets import error_lines, make_dataset
+from common import failure
 from common.mpi import mpiexec, run_mpi, run_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,12 +26,9 @@ pytestmark = pytest.mark.hostile
 def one_line(p, prog, *says):
     """The failed command's only line (launcher notices aside): ``prog: error...: msg``
     with every one of ``says`` in it; returns the message."""
-    assert p.returncode not in (0, None), p.stdout + p.stderr
-    assert "Traceback" not in p.stderr, p.stderr
-    lines = error_lines(p.stderr)
-    assert len(lines) == 1, p.stderr
-    m = re.match(rf"{re.escape(prog)}: error(?: \(rank \d+\))?: (.+)$", lines[0])
-    assert m, lines[0]
+    line = failure.one_line(p, f"{prog}: ")
+    m = re.match(rf"{re.escape(prog)}: error(?: \(rank \d+\))?: (.+)$", line)
+    assert m, line
     for s in says:
         assert s in m.group(1), m.group(1)
     return m.group(1)

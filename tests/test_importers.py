@@ -16,13 +16,14 @@ from hpcio.data.dataset import open_dataset
 from hpcio.errors import HpcioError
 from hpcio.formats import FORMATS
 from hpcio.formats.datum import make_datum, parse_datum
-from hpcio.data.importers import import_data, index_path, load_cifar10, load_mnist
+from hpcio.datagen.importers import import_data, index_path, load_cifar10, load_mnist
 from hpcio.data.presets import PRESETS
 from hpcio.plan import make_plan
 from hpcio.readers import make_reader
 from hpcio.train.decode import decode_records
 
-from common.datasets import error_lines, records_of
+from common.datasets import records_of
+from common.failure import one_line
 from common.mpi import run_mpi, run_py
 
 DG = ["-m", "hpcio.datagen"]
@@ -42,10 +43,9 @@ def native_records(ds):
 
 
 def fails(p, *words):
-    lines = error_lines(p.stderr)
-    assert p.returncode != 0 and len(lines) == 1, p.stderr
+    line = one_line(p)
     for w in words:
-        assert w in lines[0], lines[0]
+        assert w in line, line
 
 
 # ---- imports --------------------------------------------------------------------------------

@@ -19,16 +19,17 @@ import pytest
 
 from hpcio.data import pictures
 from hpcio.data.dataset import open_dataset
-from hpcio.data.importers import index_path
+from hpcio.datagen.importers import index_path
 from hpcio.data.presets import PRESETS
-from hpcio.data.write import generate
+from hpcio.datagen.write import generate
 from hpcio.errors import HpcioError
 from hpcio.formats import FORMATS, leveldb
 from hpcio.formats.datum import make_datum, parse_datum
 from hpcio.plan import make_plan
 from hpcio.readers import make_reader
 
-from common.datasets import error_lines, make_dataset, records_of
+from common.datasets import make_dataset, records_of
+from common import failure
 from common.mpi import run_mpi, run_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -80,12 +81,10 @@ def native_records(ds):
 
 
 def one_line(p, *words):
-    lines = error_lines(p.stderr)
-    assert p.returncode != 0 and len(lines) == 1, p.stderr
-    assert "Traceback" not in p.stderr, p.stderr
+    line = failure.one_line(p)
     for w in words:
-        assert w in lines[0], lines[0]
-    return lines[0]
+        assert w in line, line
+    return line
 
 
 def draw(name, n, seed=0):
@@ -193,7 +192,7 @@ def test_snappy_blocks_that_do_not_compress_are_read_at_offsets(tmp_path):
     for j in range(len(ds.index.files)):  # the footer's index block handle: its type byte
         with open(ds.path(j), "rb") as f:
             data = f.read()
-        ioff, isize, _ = leveldb._handle(data[-48:], leveldb._handle(data[-48:])[2])
+        ioff, isize, _ = leveldb.handle(data[-48:], leveldb.handle(data[-48:])[2])
         assert data[ioff + isize] == 1  # snappy
     idx = index_path(os.path.join(ds.root, ds.manifest["shards"][0]["path"]),
                      out=str(tmp_path / "again"))
@@ -324,11 +323,11 @@ def test_compaction_rule_is_leveldbs():
     """When LevelDB compacts as soon as it opens a database (VersionSet::Finalize): 4
     tables in level 0, or level L over 10^L MiB; such a database is refused."""
     mib = 1 << 20
-    assert leveldb._due([(0, 5, mib)] * 3) is None
-    assert "level 0 holds 4 tables" in leveldb._due([(0, 5, mib)] * 4)
-    assert leveldb._due([(1, 7, 9 * mib), (2, 8, 99 * mib), (6, 9, 10 ** 6 * mib)]) is None
-    assert "level 1 holds 10 MiB" in leveldb._due([(1, 7, 10 * mib)])
-    assert "level 3 holds 1200 MiB" in leveldb._due([(3, 7, 1200 * mib)])
+    assert leveldb.compaction_due([(0, 5, mib)] * 3) is None
+    assert "level 0 holds 4 tables" in leveldb.compaction_due([(0, 5, mib)] * 4)
+    assert leveldb.compaction_due([(1, 7, 9 * mib), (2, 8, 99 * mib), (6, 9, 10 ** 6 * mib)]) is None
+    assert "level 1 holds 10 MiB" in leveldb.compaction_due([(1, 7, 10 * mib)])
+    assert "level 3 holds 1200 MiB" in leveldb.compaction_due([(3, 7, 1200 * mib)])
 
 
 # ---- bad input: one line, nothing written -------------------------------------------------

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from hpcio.analysis.runs import STEP_COLUMNS
+from hpcio.explain.runs import STEP_COLUMNS
 from hpcio.errors import HpcioError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -12,9 +12,9 @@ import pytest
 from hpcio.train.emulate import DISTRIBUTIONS, ComputeTime, EmulatedModel
 from hpcio.errors import HpcioError
 from hpcio.fsutil import aligned_empty
-from hpcio.analysis.summary import format_table, summarize
+from hpcio.explain.summary import format_table, summarize
 from hpcio.measure.probes import counters, delta, proc_io, read_ahead_kb
-from hpcio.measure.results import RunDir
+from hpcio.measure.rundir import RunDir
 from hpcio.measure.sampler import Sampler
 from hpcio.measure.steps import COMPONENTS, STEP_FIELDS, StepLog, rank_summary, split_stall
 from hpcio.train.stop import StopFlag, StopVote

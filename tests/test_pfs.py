@@ -17,6 +17,7 @@ import pytest
 
 from hpcio import demo
 from hpcio.cache import cold_scope
+from common.failure import one_line
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.lane]  # daemons, a mount, ~70 s
 
@@ -59,9 +60,7 @@ def state():
 
 
 def one_error_line(p):
-    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
-    assert p.returncode != 0 and len(lines) == 1, p.stderr
-    return lines[0]
+    return one_line(p, "pfs-local: ", raw=True)
 
 
 def cold_small_reads(d, n):
@@ -84,7 +83,7 @@ def cold_small_reads(d, n):
 def testbed(tmp_path_factory):
     if os.geteuid() != 0:
         pytest.skip("needs root (network namespace, FUSE mount)")
-    if os.path.exists(STATE) or namespace_up():
+    if namespace_up() or pfs("status").returncode == 0:
         pytest.skip(f"a testbed is already up here ({STATE}); not touching it")
     tmp = tmp_path_factory.mktemp("pfs")
     mnt, data = str(tmp / "mnt"), str(tmp / "data")
@@ -220,6 +219,24 @@ def test_non_empty_mount_point_refused_and_nothing_started(testbed):
     assert time.monotonic() - t < 30
     assert (mnt / "keep").read_text() == "mine"
     assert not os.path.exists(STATE) and not namespace_up() and not mounted(str(mnt))
+
+
+def test_state_left_by_a_testbed_that_no_longer_runs_does_not_block_start(testbed):
+    """After a reboot or a kill -9, /run keeps the state of processes that are gone."""
+    os.makedirs(STATE)
+    gone = testbed["tmp"] / "gone"
+    with open(os.path.join(STATE, "state"), "w") as f:
+        f.write(f"DATA={testbed['tmp'] / 'old'}\nNETNS={NETNS}\nGLUSTERD=999999999\n"
+                f"CLIENT=999999998\nMOUNT={gone}\n")
+    mnt, data = testbed["tmp"] / "m3", testbed["tmp"] / "d3"
+    try:
+        p = pfs("start", "--mount", mnt, "--data", data)
+        assert p.returncode == 0, p.stderr
+        assert "no longer runs" in p.stderr and pfs("status").returncode == 0
+        assert state()["MOUNT"] == str(mnt)
+    finally:
+        pfs("stop", "--wipe", "--data", data)
+    assert not os.path.exists(STATE) and not namespace_up()
 
 
 def test_demo_stops_the_testbed_it_started_also_on_error(tmp_path):

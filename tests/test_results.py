@@ -17,11 +17,12 @@ import pytest
 import yaml
 
 from common.datasets import make_dataset
+from common.failure import one_line
 from common.mpi import run_mpi, run_py
 from common.procs import Job
 from hpcio.errors import HpcioError
 from hpcio.fsutil import atomic_write
-from hpcio.measure.results import RUN_MARKER, Flusher, RunDir
+from hpcio.measure.rundir import RUN_MARKER, Flusher, RunDir
 from hpcio.train.checkpoint import CHECKPOINT, MARKER, claim_checkpoint_dir
 
 TRAIN = ["-m", "hpcio.train"]
@@ -44,11 +45,9 @@ def _lines(stderr, prog="hpcio."):
 
 
 def _one_line(p, prog="hpcio.train"):
-    lines = _lines(p.stderr)
-    assert p.returncode != 0 and len(lines) == 1, \
-        f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
-    assert "Traceback" not in p.stderr and lines[0].startswith(prog + ":")
-    return lines[0]
+    line = one_line(p, "hpcio.", alone=False, raw=True)
+    assert line.startswith(prog + ":"), line
+    return line
 
 
 def _state(path):
@@ -276,3 +275,54 @@ def test_summarize_what_is_not_a_run_gives_one_line(tmp_path, make, says):
     p = run_py(SUMMARIZE + [make(tmp_path)])
     assert p.returncode == 2 and says in _one_line(p, "hpcio.results")
     assert os.listdir(tmp_path) == []
+
+
+# ---- export ----------------------------------------------------------------------------------
+
+EXPORT = ["-m", "hpcio.results", "export"]
+
+
+@pytest.mark.mpi
+def test_export_of_a_sweep_and_of_a_summarized_run(tmp_path, ds):
+    sweep = tmp_path / "sweep"
+    done = sweep / "runs" / "done-r0"
+    p = run_mpi(2, TRAIN + _emulate(ds, done, "--steps", 3, "--progress", "off"))
+    assert p.returncode == 0, p.stderr
+    (sweep / "sweep.json").write_text(json.dumps({"runs": [
+        {"point": {"reader": "coordinated", "ranks": 2}, "status": "done", "repeat": 0,
+         "run_dir": str(done)},
+        {"point": {"reader": "naive", "ranks": 2}, "status": "failed", "repeat": 0,
+         "error": "hpcio.train: error: something", "run_dir": str(sweep / "runs" / "x")},
+    ]}))
+    # a run that did not finish, summarized from its ranks' files
+    flushed = tmp_path / "flushed"
+    shutil.copytree(done, flushed)
+    os.unlink(flushed / "summary.json")
+    os.unlink(flushed / "summary.txt")
+    assert run_py(SUMMARIZE + [flushed]).returncode == 0
+    out = tmp_path / "results.json"
+    p = run_py(EXPORT + [sweep, flushed, "-o", out])
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(out.read_text())
+    assert [r["run_dir"] for r in rows] == [str(done), str(flushed)]
+    assert "complete" not in rows[0]["rules"]
+    assert "complete: the run wrote no summary; hpcio.results summarize made it" in \
+        rows[1]["rules"]
+    assert rows[0]["workload_hash"] == rows[1]["workload_hash"]
+    assert "repeats: 2 run(s) of this workload" in rows[0]["rules"]
+
+
+@pytest.mark.mpi
+def test_export_replaces_its_output_whole_or_not_at_all(tmp_path, ds):
+    run = tmp_path / "run"
+    p = run_mpi(2, TRAIN + _emulate(ds, run, "--steps", 2, "--progress", "off"))
+    assert p.returncode == 0, p.stderr
+    out = tmp_path / "results.csv"
+    out.write_text("the user's\n")
+    p = run_py(EXPORT + [run, tmp_path / "nowhere", "-o", out])  # one bad RUNS: nothing
+    assert "no such directory" in _one_line(p, "hpcio.results")
+    assert out.read_text() == "the user's\n"
+    p = run_py(EXPORT + [run, "-o", out])
+    assert p.returncode == 0, p.stderr
+    assert out.read_text().startswith("run_dir,benchmark_type,model,workload,workload_hash,")
+    assert sorted(os.listdir(tmp_path)) == ["results.csv", "run"]  # no temporary left

@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
+from hpcio.plan import make_plan
 from hpcio.simulate.engine import INSTALL_HINT, Case, available
+from common.failure import one_line
 from hpcio.simulate.platform import load_platform
 from hpcio.simulate.workload import Workload
 
@@ -47,9 +49,7 @@ def test_bad_platform_one_line(tmp_path, case):
     path.write_text(text)
     r = _simulate("predict", "--platform", str(path), "--from", str(tmp_path), "--ranks", "1",
                   "-o", str(tmp_path / "out"))
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode != 0 and len(lines) == 1, r.stderr
-    assert want in lines[0] and "Traceback" not in r.stderr
+    assert want in one_line(r, raw=True)
 
 
 def test_testbed_platform_loads():
@@ -174,9 +174,8 @@ def test_ring_allreduce_time():
 def test_more_ranks_than_the_platform_holds_is_one_line(tmp_path):
     r = _simulate("predict", "--platform", TESTBED, "--from", *FIXTURES[:1], "--ranks", "1,64",
                   "-o", str(tmp_path / "out"))
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode != 0 and len(lines) == 1, r.stderr
-    assert "more than testbed's 1 nodes x 8 ranks hold" in lines[0] and "--scale-out" in lines[0]
+    line = one_line(r, raw=True)
+    assert "more than testbed's 1 nodes x 8 ranks hold" in line and "--scale-out" in line
     assert not (tmp_path / "out").exists()
 
 
@@ -211,9 +210,7 @@ def test_grouped_ranks_share_bandwidth_as_ranks_do(monkeypatch):
 def test_bad_prediction_options_one_line(tmp_path, args, want):
     r = _simulate("predict", "--platform", TESTBED, "--from", FIXTURES[0], "--ranks", "1",
                   *args, "-o", str(tmp_path / "out"))
-    lines = r.stderr.strip().splitlines()
-    assert r.returncode != 0 and len(lines) == 1, r.stderr
-    assert want in lines[0] and "Traceback" not in r.stderr
+    assert want in one_line(r, raw=True)
 
 
 @needs_simgrid
@@ -244,3 +241,36 @@ def test_cold_runs_empty_the_node_cache_each_epoch():
     warm, cold = (_faults_per_sample(w.__class__(**{**w.__dict__, "cold": c}), p, 64 << 10)
                   for c in (False, True))
     assert cold == pytest.approx(2 * warm)
+
+
+def test_repeats_are_one_point_at_their_median():
+    """Repeats of a point replay one plan: simulated once, compared with the median of what
+    they measured; one reader's two shuffles stay two curves (``coordinated (none)``)."""
+    from hpcio.simulate.workload import median_of_repeats
+    ws = [_workload(name=f"r{k}", compute_s=c, measured={"stall_max_s": s, "au_pct": a})
+          for k, (c, s, a) in enumerate([(0.01, 0.030, 40.0), (0.03, 0.010, 60.0),
+                                          (0.02, 0.020, 50.0)])]
+    other = _workload(name="g", reader="coordinated", shuffle="global", faults_per_sample=0.0,
+                      measured={"stall_max_s": 0.001, "au_pct": 99.0})
+    none = _workload(name="n", reader="coordinated", faults_per_sample=0.0,
+                     measured={"stall_max_s": 0.004, "au_pct": 95.0})
+    out = median_of_repeats(ws + [other, none])
+    assert [w.case for w in out] == ["naive (none)", "coordinated", "coordinated (none)"]
+    m = out[0]
+    assert m.name == "naive (none) n=4 (median of 3)"
+    assert (m.compute_s, m.measured["stall_max_s"], m.measured["au_pct"]) == (0.02, 0.02, 50.0)
+    assert out[1] is other and out[2] is none
+
+
+def test_a_workload_replays_the_runs_chunk_block_and_window():
+    """A run's --block and --window (config.yaml) are the replayed plan's."""
+    w = Workload(name="w", reader="coordinated", ranks=2, batch=4, steps=5, records=64,
+                 record_bytes=100.0, shuffle="chunk", seed=3, compute_s=0.0, rest_s=0.0,
+                 sync=True, prefetch=2, steady_steps=1, faults_per_sample=0.0, dataset="d",
+                 block=4, window=8)
+    plans = w.plans()
+    for r in range(2):
+        want = make_plan(64, 2, r, 4, seed=3, shuffle="chunk", block=4, window=8).head(5)
+        assert plans[r].ravel().tolist() == want.ids.tolist()
+    default = make_plan(64, 2, 0, 4, seed=3, shuffle="chunk").head(5)
+    assert plans[0].ravel().tolist() != default.ids.tolist()

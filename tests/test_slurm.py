@@ -6,31 +6,15 @@ brings up a one-node Slurm; .ci/run does so when it is root), and is skipped oth
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from common.datasets import make_dataset
-from common.mpi import once_more
+from common.mpi import once_more, slurm_up
 
-
-def _slurm_up():
-    if not shutil.which("srun") or not shutil.which("sinfo"):
-        return "srun not installed"
-    try:
-        p = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
-                           timeout=10)
-    except subprocess.TimeoutExpired:
-        return "slurmctld does not answer"
-    states = p.stdout.split()
-    if p.returncode or not any(s.startswith(("idle", "mix")) for s in states):
-        return f"no idle Slurm node ({p.stdout.strip() or p.stderr.strip()})"
-    return None
-
-
-why = _slurm_up()
+why = slurm_up()
 pytestmark = pytest.mark.skipif(why is not None, reason=f"no Slurm here: {why}")
 
 

@@ -47,7 +47,7 @@ PIP_TO_SPACK = {
     "pillow": "py-pillow", "pyyaml": "py-pyyaml", "tqdm": "py-tqdm", "torch": "py-torch",
     "nvidia-ml-py": "py-nvidia-ml-py", "darshan": "py-darshan",
     "matplotlib": "py-matplotlib", "pytest": "py-pytest", "mpich": None, "plyvel": None,
-    "crc32c": None,
+    "crc32c": None, "drishti-io": None,
 }
 
 

@@ -1,4 +1,4 @@
-"""Stores compared on one dataset (hpcio.analysis.stores): ratios to the best store, the
+"""Stores compared on one dataset (hpcio.explain.stores): ratios to the best store, the
 refusal of stores that hold different record counts, and footprints as du counts them."""
 
 import os
@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from common.datasets import make_dataset
-from hpcio.analysis.stores import footprint, relative, same_records
+from hpcio.explain.stores import footprint, relative, same_records
 from hpcio.errors import HpcioError
 
 

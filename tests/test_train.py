@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from common.datasets import error_lines, make_dataset
+from common.failure import one_line
 from common.fs import private_mount
 from common.mpi import mpiexec, run_mpi, run_py
 from common.procs import Job
@@ -55,7 +56,7 @@ def _fail(p):
 def check_run(out, ranks, steps, epochs, batch, cut_short=False):
     """The run directory is complete and its files agree with each other."""
     names = set(os.listdir(out))
-    want = {"config.yaml", "env.json", "summary.json", "summary.txt"}
+    want = {"config.yaml", "env.json", "provenance.json", "summary.json", "summary.txt"}
     want |= {f"rank-{r}.{ext}" for r in range(ranks) for ext in ("npz", "json")}
     assert want <= names, want - names
     assert not glob.glob(os.path.join(out, ".tmp-*"))  # atomic writes left no debris
@@ -330,11 +331,9 @@ def test_exception_on_rank1_ends_the_job(tmp_path, data):
     # ranks' wait for each other (FINISH_WAIT, 10 s) or the run's 1000 epochs
     took = ended - os.stat(out / "rank-1.json").st_mtime
     assert took < 6, f"took {took:.1f} s after the failure"
-    lines = error_lines(p.stderr)
     trace = out / "error-rank-1.txt"
-    assert lines == ["hpcio.train: rank 1: HPCIO_FAULT test hook: injected failure at step 40 "
-                     f"(RuntimeError); traceback in {trace}"], p.stderr
-    assert "Traceback" not in p.stderr
+    assert one_line(p) == ("hpcio.train: rank 1: HPCIO_FAULT test hook: injected failure at "
+                           f"step 40 (RuntimeError); traceback in {trace}"), p.stderr
     with open(trace) as f:
         assert "RuntimeError" in f.read()
     # what the failing rank measured is on disk up to the failure (5 epochs of 8 steps),
@@ -400,10 +399,7 @@ def test_signal_flushes_results_cut_short(tmp_path, data, target):
 
 
 def _one_error(p):
-    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("hpcio.train:")]
-    assert p.returncode != 0 and len(lines) == 1, _fail(p)
-    assert "Traceback" not in p.stderr, p.stderr
-    return lines[0]
+    return one_line(p, "hpcio.train:", alone=False, raw=True)
 
 
 @pytest.mark.mpi

@@ -21,8 +21,8 @@ import time
 
 import yaml
 
-from hpcio.analysis.runs import load
-from hpcio.analysis.stores import footprint, relative, same_records
+from hpcio.explain.runs import load
+from hpcio.explain.stores import footprint, relative, same_records
 from hpcio.errors import HpcioError, guard
 from hpcio.formats import FORMATS
 from hpcio.mpiutil import launcher
@@ -175,7 +175,7 @@ class Study:
         elif s["format"] not in FORMATS:
             return f"no format {s['format']!r} in this hpcio"
         else:
-            from hpcio.data.cli import build_parser
+            from hpcio.datagen.command import build_parser
             _, extra = build_parser().parse_known_args(
                 ["generate", "x", "--format", s["format"], *map(str, s.get("generate", []))])
             if extra:

@@ -2,8 +2,10 @@
 reader, the stall as a share of the step against ranks, where it crosses 10%, where the
 busiest server saturates, and the accelerators each reader feeds at AU >= 90%."""
 
+import glob
 import json
 import os
+import statistics
 import sys
 
 PLATFORMS = (("testbed", "the GlusterFS testbed scaled out (8 ranks per 2-core node)"),
@@ -49,6 +51,72 @@ def _table(pred):
     return out
 
 
+def _straggler(here):
+    """Median straggler wait % of the step per (sweep, reader, ranks) of testbed-runs/."""
+    out = {}
+    for sweep in sorted(glob.glob(os.path.join(here, "testbed-runs", "*", "sweep.json"))):
+        with open(sweep) as f:
+            doc = json.load(f)
+        for r in doc["runs"]:
+            if r.get("status") == "done" and r.get("figures"):
+                key = (os.path.basename(os.path.dirname(sweep)), r["point"]["reader"],
+                       r["point"]["ranks"])
+                out.setdefault(key, []).append(r["figures"]["straggler_wait_percent"])
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def _rows(rows):
+    return (["| case | P | stall ms measured | simulated | error | AU % measured | simulated |",
+             "|---|---|---|---|---|---|---|"]
+            + [f"| {r['reader']} | {r['ranks']} | {1e3 * r['measured_stall_s']:.1f} | "
+               f"{1e3 * r['simulated_stall_s']:.1f} | {100 * r['stall_err_rel']:+.0f}% | "
+               f"{r['measured_au_percent']:.1f} | {r['simulated_au_percent']:.1f} |"
+               for r in rows])
+
+
+def _cursor(rows):
+    """How naive `cursor`'s stall grows from 2 to 4 ranks, measured against simulated."""
+    at = {r["ranks"]: r for r in rows if r["reader"].startswith("naive-cursor")}
+    if 2 not in at or 4 not in at or not at[2]["measured_stall_s"]:
+        return []
+    m = at[4]["measured_stall_s"] / at[2]["measured_stall_s"]
+    sim = at[4]["simulated_stall_s"] / max(at[2]["simulated_stall_s"], 1e-9)
+    return [f"Naive `cursor`'s measured stall grows {m:.0f}x from 2 to 4 ranks, the simulated "
+            f"one {sim:.1f}x: the extra bytes the model gives a cursor (the first page of "
+            "every record it steps over) explain only part of it."]
+
+
+def _own(here):
+    """The validation on the sweeps recorded in testbed-runs/."""
+    d = os.path.join(here, "out", "testbed-own")
+    if not os.path.isdir(d):
+        return []
+    pred, val = _load(d)
+    held = val["held_out"]
+    st = _straggler(here)
+    top = held["held_out_ranks"]
+    waits = ", ".join(f"{k[0]} {k[1]} {v:.0f}%" for k, v in sorted(st.items()) if k[2] == top)
+    ok = [r for r in held["points"]
+          if abs(r["stall_err_rel"]) <= 0.15 and abs(r["au_err_points"]) <= 3]
+    return ["## Validation on sweeps recorded for it (`testbed-runs/`)", "",
+            "The GlusterFS testbed (500 us per brick request), 2,048 ImageNet-like JPEGs, batch "
+            "16, 20 ms emulated compute, cold, a barrier ending every step (`--exchange-bytes "
+            "0`); naive `get` (global), naive `cursor` (none), coordinated (global and none) at "
+            "1, 2, 4, 8 ranks, 3 interleaved repeats each (`hpcio.sweep`), compared at the "
+            "median of the repeats. " + f"{pred['fit']}.", "",
+            "Simulated back (calibrated on every point):", ""] + _rows(val["simulated_back"]) + [
+            "", f"Held out: calibrated on P in {held['calibrated_on_ranks']}, predicting "
+            f"P={top}:", ""] + _rows(held["points"]) + [
+            "", f"Within the target (15% or 1 ms of stall and 3 AU points): "
+            f"{', '.join(r['reader'] for r in ok) or 'none'}. Where it misses: at {top} ranks "
+            f"on this 2-core machine the ranks outnumber the cores 4 to 1, and the measured "
+            f"step is long for a reason the model leaves out: ranks wait at the step's barrier "
+            f"for ranks the OS has not scheduled (median straggler wait {waits} of the step), "
+            "while each rank's own wait stays a few ms; the model's barrier costs only the "
+            "network's latency, so it predicts coordinated AU near its compute share."] + _cursor(
+            val["simulated_back"]) + [""]
+
+
 def main(here):
     lines = ["# Prediction at scale: naive `get` and `cursor` against coordinated, 1 to 4,096 "
              "ranks (`hpcio.simulate`)", "",
@@ -77,6 +145,7 @@ def main(here):
         else:
             lines += ["Unvalidated on this platform (its storage is described, not measured).", ""]
         lines += ["Stall ms per step (max rank) / AU %, per rank count:", ""] + _table(pred) + [""]
+    lines += _own(here)
     lines += ["## Against LMDBIO's published trend", "",
               "LMDBIO (Pumma et al.; the abstract carried in shared/papers/002) reports Caffe's "
               "LMDB read time growing with the number of processes, since every process walks "

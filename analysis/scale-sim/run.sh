@@ -30,5 +30,9 @@ python -m hpcio.simulate predict --platform platforms/testbed.yaml --from "${fro
 python -m hpcio.simulate predict --platform platforms/lustre-flash.yaml --from "${from[@]}" \
   --readers "$here/out/testbed-fit.yaml" --ranks 1,4,16,64 --records $records \
   --also coordinated:none -o "$here/out/lustre-flash"
+# validated on sweeps of its own: the testbed sweeps recorded in testbed-runs/ (naive get and
+# cursor, coordinated global and none, 1 to 8 ranks, 3 repeats each, barrier each step)
+python -m hpcio.simulate predict --platform platforms/testbed.yaml --from "$here"/testbed-runs/* \
+  --ranks 1,2,4,8 -o "$here/out/testbed-own"
 python "$here/report.py" "$here"
 echo "scale-sim: $(( $(date +%s) - start )) s in all"

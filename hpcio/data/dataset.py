@@ -35,7 +35,7 @@ from ..mpiutil import bcast_array, raise_everywhere, rank_size
 
 __all__ = ["MANIFEST", "INDEX", "KIND", "RecordIndex", "Dataset", "open_dataset",
            "sha256_file", "is_dataset", "compressed_records", "record_crcs_of",
-           "update_index", "NO_CRC"]
+           "NO_CRC"]
 
 MANIFEST = "hpcio.json"
 INDEX = "index.npz"
@@ -215,12 +215,13 @@ class Dataset:
                 raise HpcioError(f"{shard['path']}: checksum mismatch (data changed since "
                                  f"it was written)")
 
-    def verify_records(self):
-        """Compare every record's CRC32C with the index (reads all records once)."""
+    def verify_records(self, open_native=None):
+        """Compare every record's CRC32C with the index (reads all records once;
+        ``open_native``: as for :func:`record_crcs_of`)."""
         want = self.index.crc
         if want is None:
             raise HpcioError(NO_CRC.format(root=self.root)[6:])
-        got = record_crcs_of(self)
+        got = record_crcs_of(self, open_native)
         bad = np.flatnonzero(got != want)
         if len(bad):
             i, idx = int(bad[0]), self.index
@@ -251,30 +252,24 @@ def shard_sha256(ds, shard):
     return h.hexdigest()
 
 
-def record_crcs_of(ds):
+def record_crcs_of(ds, open_native=None):
     """CRC32C of every record of ``ds`` as its readers deliver it: its bytes at the
-    index's offsets, or from the format's library where records lie compressed."""
+    index's offsets, or from the format's library where records lie compressed: there
+    ``open_native(ds)`` opens them (:func:`hpcio.formats.open_native`; passed in, since
+    the dataset contract knows no format)."""
     from .checksum import crc32c, range_crcs
     idx = ds.index
     if not compressed_records(ds.manifest):
         return range_crcs(ds.paths, idx.file, idx.offset, idx.length)
-    from ..formats import FORMATS
-    native = FORMATS[ds.format].open_native(ds)
+    if open_native is None:
+        raise HpcioError(f"{ds.root}: its records lie compressed: only the {ds.format} "
+                         f"format's library reads them (pass open_native)")
+    native = open_native(ds)
     try:
         return np.fromiter((crc32c(native.get(i)) for i in range(ds.records)), np.uint32,
                            ds.records)
     finally:
         native.close()
-
-
-def update_index(root):
-    """Add the record CRCs (reading every record once) and the index's sha256 to the
-    dataset in ``root`` (one indexed before hpcio recorded them); returns it."""
-    manifest, index = _load(os.path.abspath(root), True)
-    ds = Dataset(os.path.abspath(root), manifest, index)
-    index.crc = record_crcs_of(ds)
-    ds.save()
-    return ds
 
 
 def _is_int(v):

@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..errors import HpcioError
+from ..errors import HpcioError, lookup
 
 __all__ = ["ENCODINGS", "EXTENSIONS", "uniform", "labels", "render", "encode", "decode",
            "sniff"]
@@ -246,11 +246,7 @@ def encode(pixels, encoding, quality=90):
     if encoding == "raw":
         per = pixels[0].size if n else 0
         return pixels.reshape(-1), np.full(n, per, dtype=np.int64)
-    try:
-        enc = _ENCODERS[encoding]
-    except KeyError:
-        raise HpcioError(f"unknown encoding {encoding!r} (choose from {', '.join(ENCODINGS)})",
-                         everywhere=True)
+    enc = lookup(_ENCODERS, encoding, "encoding", ENCODINGS)
     parts = [enc(p, quality) for p in pixels]
     lengths = np.fromiter((len(b) for b in parts), dtype=np.int64, count=n)
     return np.frombuffer(b"".join(parts), dtype=np.uint8), lengths

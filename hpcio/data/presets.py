@@ -8,7 +8,7 @@ when a preset is written as JPEG (90: about 110 KB per 256x256 ImageNet picture)
 
 from dataclasses import dataclass
 
-from ..errors import HpcioError
+from ..errors import lookup
 
 __all__ = ["Preset", "PRESETS", "get_preset"]
 
@@ -42,8 +42,4 @@ PRESETS = {
 
 def get_preset(name):
     """The preset called ``name``, or a one-line error listing the known ones."""
-    try:
-        return PRESETS[name]
-    except (KeyError, TypeError):
-        raise HpcioError(f"unknown preset {name!r} (choose from {', '.join(PRESETS)})",
-                         everywhere=True)
+    return lookup(PRESETS, name, "preset")

@@ -1,28 +1,50 @@
-"""Storage formats, in a registry: ``FORMATS[name]`` is the module that writes, describes,
-natively reads and (for data made elsewhere) indexes that format.
+"""Storage formats, in a registry: ``FORMATS[name]`` is the :class:`~.base.Format` that
+writes, describes, natively reads, cleans up after and (for data made elsewhere) detects
+and indexes that format, made from its module.
 
-What a format module provides is :class:`hpcio.formats.base.Format`: ``NAME``; a
-``Writer(root, k, lo, hi, spec)`` per shard; ``targets(k, spec)`` (the paths shard ``k``
-creates); ``manifest_keys(spec)`` (its part of the manifest); ``open_native(ds)``, whose
-``get(i)`` returns record ``i``'s bytes through the format's own library, the way a
-framework reads it (the naive reader); and, optionally, ``index(path, out, **options)``
-and ``OPTIONS`` (the ``--format-option`` names and their choices, the first the default).
-A new format is a module here added to :data:`FORMATS`.
+What a format module provides is said once, in :class:`hpcio.formats.base.Format`:
+``NAME``, ``Writer``, ``targets``, ``manifest_keys`` and ``open_native``, and where they
+apply ``INFO`` (:class:`~.base.FormatInfo`: mapped files, a file per record, a key-order
+cursor, element types, ``--format-option`` names) and the hooks ``index``, ``detect``,
+``owned`` and ``in_use``, each with its default there. A new format is a module here added
+to :data:`FORMATS`.
 """
 
-from ..errors import HpcioError
-from . import hdf5, images, leveldb, lmdb, packed
-from .base import Format
+import os
 
-__all__ = ["FORMATS", "get_format"]
+from ..errors import HpcioError, lookup
+from . import hdf5, images, leveldb, lmdb, npz, packed, tfrecord
+from .base import SURE, Format
 
-FORMATS: "dict[str, Format]" = {m.NAME: m for m in (lmdb, hdf5, images, packed,
-                                                         leveldb)}
+__all__ = ["FORMATS", "get_format", "open_native", "detect"]
+
+FORMATS: "dict[str, Format]" = {m.NAME: Format.of(m) for m in (lmdb, hdf5, images, packed,
+                                                                leveldb, npz, tfrecord)}
 
 
 def get_format(name: str) -> Format:
-    try:
-        return FORMATS[name]
-    except (KeyError, TypeError):
-        raise HpcioError(f"unknown format {name!r} (choose from {', '.join(FORMATS)})",
-                         everywhere=True)
+    return lookup(FORMATS, name, "format")
+
+
+def open_native(ds):
+    """Dataset ``ds``'s records through its format's library (``Format.open_native``)."""
+    return FORMATS[ds.format].open_native(ds)
+
+
+def detect(path: str) -> Format:
+    """The format of the data made elsewhere at ``path``, among those that index: the
+    first (in registry order) sure of it, else the first that may hold it."""
+    if not os.path.exists(path):
+        raise HpcioError(f"{path}: no such file or directory")
+    best, score = None, 0
+    for fmt in FORMATS.values():
+        s = fmt.detect(path) if fmt.index is not None else 0
+        if s > score:
+            best, score = fmt, s
+        if score >= SURE:
+            break
+    if best is None:
+        raise HpcioError(f"{path}: not an LMDB environment, LevelDB, HDF5 file, .npz or "
+                         f"TFRecord file, or image folder (an HDF5 file whose signature is "
+                         f"missing is corrupt)")
+    return best

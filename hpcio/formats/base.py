@@ -1,12 +1,13 @@
-"""What a format module is (:class:`Format`, :class:`ShardWriter`, :class:`NativeReader`)
-and what every format module shares: a block of encoded records, a shard's result, and the
-one-line translation of write failures (disk full above all)."""
+"""What a format is (:class:`Format`, built from a format module; :class:`FormatInfo`,
+:class:`ShardWriter`, :class:`NativeReader`) and what every format module shares: a block
+of encoded records, a shard's result, and the one-line translation of write failures (disk
+full above all)."""
 
 import ctypes
 import errno
 import os
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Callable, Optional, Protocol
 
 import numpy as np
 
@@ -15,9 +16,9 @@ from ..data.dataset import INDEX, KIND
 from ..errors import HpcioError
 from ..fsutil import free_bytes
 
-__all__ = ["Format", "ShardWriter", "NativeReader", "Block", "ShardResult", "Spec",
-           "shard_stem", "write_error", "sync_tree", "fsync_path", "record_ranges",
-           "index_manifest", "classes_of", "save_keys", "CAFFE_KEY"]
+__all__ = ["Format", "FormatInfo", "ShardWriter", "NativeReader", "Block", "ShardResult",
+           "Spec", "MAYBE", "SURE", "shard_stem", "write_error", "sync_tree", "fsync_path",
+           "record_ranges", "index_manifest", "classes_of", "save_keys", "CAFFE_KEY"]
 
 
 class ShardWriter(Protocol):
@@ -29,7 +30,10 @@ class ShardWriter(Protocol):
 
 
 class NativeReader(Protocol):
-    """The format's own library, as a framework uses it (the naive reader)."""
+    """The format's own library, as a framework uses it (the naive reader). A key-value
+    store's also has ``walk(ids, skipped)``: the records ``ids`` (ascending) through a
+    cursor in key order, counting the records stepped over in ``skipped[0]``, as Caffe's
+    data reader reads (``access=cursor``); :attr:`FormatInfo.cursor` says it has one."""
 
     opens: int  # files the library opened
 
@@ -37,16 +41,90 @@ class NativeReader(Protocol):
     def close(self) -> None: ...
 
 
-class Format(Protocol):
-    """A format module (the values of :data:`hpcio.formats.FORMATS`). ``index(path, out,
-    **options) -> (manifest, RecordIndex)``, for data made elsewhere, is optional."""
+@dataclass(frozen=True)
+class FormatInfo:
+    """What code elsewhere needs to know of a format, declared by its module as ``INFO``
+    (a module without one: these defaults), so that no caller asks a module which
+    attributes it has."""
 
-    NAME: str
+    #: its native reader maps the files: a page past the end of a truncated file is a
+    #: SIGBUS, not an error, so the naive reader checks every file before reading any
+    mapped: bool = False
+    #: every record is a file of its own (image folders): readers check the file they
+    #: open instead of listing or stat-ing all of them up front
+    file_per_record: bool = False
+    #: its native reader walks a cursor in key order (:class:`NativeReader`'s ``walk``)
+    cursor: bool = False
+    #: element types raw records may be stored as (``--dtype``; blocks come as uint8)
+    dtypes: tuple = ("uint8",)
+    #: the ``--format-option`` names and their choices, the first of each the default
+    options: dict = field(default_factory=dict)
 
-    def Writer(self, root: str, k: int, lo: int, hi: int, spec: "Spec") -> ShardWriter: ...
-    def targets(self, k: int, spec: "Spec") -> list: ...
-    def manifest_keys(self, spec: "Spec") -> dict: ...
-    def open_native(self, ds) -> NativeReader: ...
+
+#: what :attr:`Format.detect` answers: the data may be this format's (nothing more specific
+#: claims it: any folder may be an image folder), or surely is (the format's own files or
+#: signature); 0: it is not
+MAYBE, SURE = 1, 2
+
+
+def _never(path):
+    return 0
+
+
+def _nothing(path):
+    return []
+
+
+def _unused(path):
+    return None
+
+
+@dataclass(frozen=True)
+class Format:
+    """A storage format as the rest of hpcio uses it (the values of
+    :data:`hpcio.formats.FORMATS`), made by :meth:`of` from the format's module.
+
+    A format module provides ``NAME``, ``Writer``, ``targets``, ``manifest_keys`` and
+    ``open_native``; it may provide ``INFO`` (a :class:`FormatInfo`) and the hooks
+    ``index``, ``detect``, ``owned`` and ``in_use``. A hook it leaves out is the default
+    below, given here once: callers call every hook of every format and never ask a
+    module what it has, and a new format is a module in ``formats/`` and nothing else.
+    """
+
+    name: str
+    #: ``Writer(root, k, lo, hi, spec)``: the writer of shard ``k`` (records lo..hi-1)
+    Writer: Callable[..., ShardWriter]
+    #: ``targets(k, spec)``: the paths (relative) shard ``k`` creates, claimed before
+    #: writing so that an unfinished run's leftovers are known to be hpcio's
+    targets: Callable[..., list]
+    #: ``manifest_keys(spec)``: the format's part of the manifest; refuses bad options
+    manifest_keys: Callable[..., dict]
+    #: ``open_native(ds)``: the dataset's records through the format's own library
+    open_native: Callable[..., NativeReader]
+    info: FormatInfo = FormatInfo()
+    #: ``index(path, out, **options) -> (manifest, RecordIndex)``: index data made
+    #: elsewhere where it lies (``datagen index``); None: the format indexes nothing
+    index: Optional[Callable] = None
+    #: ``detect(path)``: 0, :data:`MAYBE` or :data:`SURE` that ``path`` (made elsewhere)
+    #: is this format's data, for ``index``; by default never
+    detect: Callable[[str], int] = _never
+    #: ``owned(path)``: the files the format's library keeps in shard folder ``path`` of
+    #: an hpcio dataset besides those indexed (``--force`` replaces them); by default none
+    owned: Callable[[str], list] = _nothing
+    #: ``in_use(path)``: a line saying another process holds shard ``path`` open (a
+    #: dataset is not replaced under it), else None; by default never in use
+    in_use: Callable[[str], Optional[str]] = _unused
+
+    #: the optional hooks a module may define (a class attribute, not a field)
+    HOOKS = ("index", "detect", "owned", "in_use")
+
+    @classmethod
+    def of(cls, module):
+        """The format a module describes, its missing hooks the defaults."""
+        have = vars(module)
+        return cls(module.NAME, module.Writer, module.targets, module.manifest_keys,
+                   module.open_native, have.get("INFO", FormatInfo()),
+                   **{h: have[h] for h in cls.HOOKS if h in have})
 
 
 @dataclass
@@ -72,7 +150,7 @@ class Block:
 class Spec:
     """What is being written: dataset-wide facts and the format's options. ``dtype`` is
     the element type of raw records on disk (a format lists the ones it stores in
-    ``DTYPES``; uint8 alone where it has none); blocks always come as uint8 pixels."""
+    ``FormatInfo.dtypes``); blocks always come as uint8 pixels."""
 
     format: str
     encoding: str

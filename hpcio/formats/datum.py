@@ -11,7 +11,19 @@ import numpy as np
 from ..data import pictures
 
 __all__ = ["parse_datum", "parse_datums", "datum_fields", "make_datum", "describe",
-           "read_varint", "read_varints"]
+           "read_varint", "read_varints", "write_varint"]
+
+
+def write_varint(x):
+    """``x`` as a protobuf varint (negative numbers as their 64-bit two's complement)."""
+    out = bytearray()
+    x &= (1 << 64) - 1
+    while True:
+        c = x & 0x7F
+        x >>= 7
+        out.append(c | (0x80 if x else 0))
+        if not x:
+            return bytes(out)
 
 
 def read_varint(b, p):
@@ -136,15 +148,7 @@ def datum_fields(buf):
 
 def make_datum(data, label, channels=0, height=0, width=0, encoded=False):
     """A Caffe Datum protobuf (writers, tests and importers make Caffe-compatible stores)."""
-    def var(x):
-        out = bytearray()
-        x &= (1 << 64) - 1
-        while True:
-            c = x & 0x7F
-            x >>= 7
-            out.append(c | (0x80 if x else 0))
-            if not x:
-                return bytes(out)
+    var = write_varint
     b = bytearray()
     for f, v in ((1, channels), (2, height), (3, width)):
         b += var(f << 3) + var(v)

@@ -29,14 +29,15 @@ import numpy as np
 from ..data import pictures
 from ..data.dataset import RecordIndex, sha256_file
 from ..errors import HpcioError
-from .base import ShardResult, classes_of, fsync_path, index_manifest, shard_stem
+from .base import SURE, FormatInfo, ShardResult, classes_of, fsync_path, index_manifest, \
+    shard_stem
 
-__all__ = ["NAME", "Writer", "Native", "open_native", "targets", "manifest_keys",
-           "record_offsets", "open_h5", "index"]
+__all__ = ["NAME", "INFO", "Writer", "Native", "open_native", "targets", "manifest_keys",
+           "record_offsets", "open_h5", "index", "detect"]
 
 NAME = "hdf5"
 COPY = 64 << 20
-DTYPES = ("uint8", "float32")
+INFO = FormatInfo(dtypes=("uint8", "float32"))  # float32: Caffe's HDF5 data layer
 #: pixel -> stored value of float32 records: Caffe's MNIST/LeNet examples scale pixels by
 #: 0.00390625 (1/256, ``transform_param { scale }``); the HDF5 data layer has no transform,
 #: so its data is stored pre-scaled. A power of two: every stored value is exactly px/256
@@ -297,6 +298,22 @@ def _caffe_keys(d, path):
                          f"are read as little-endian")
     return {"layout": "chw",
             "scale": float(np.asarray(d.attrs.get("scale", SCALE)).reshape(-1)[0])}
+
+
+def detect(path):
+    """An HDF5 file: h5py recognises it, or it starts with the signature (a file h5py
+    refuses that starts with one is corrupt HDF5, this format's to report)."""
+    if os.path.isdir(path):
+        return 0
+    import h5py
+    try:
+        if h5py.is_hdf5(path):
+            return SURE
+    except OSError:
+        pass
+    with open(path, "rb") as f:
+        head = f.read(8)
+    return SURE if head.startswith(b"\x89HDF") else 0
 
 
 def index(path, out, images=None, labels=None, **_):

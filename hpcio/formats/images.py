@@ -16,13 +16,13 @@ from ..data import pictures
 from ..data.dataset import RecordIndex
 from ..data.pictures import EXTENSIONS
 from ..errors import HpcioError
-from .base import Block, ShardResult, index_manifest, shard_stem, sync_tree
+from .base import MAYBE, Block, FormatInfo, ShardResult, index_manifest, shard_stem, sync_tree
 
-__all__ = ["NAME", "Writer", "Native", "open_native", "targets", "manifest_keys",
-           "list_tree", "record_path", "FolderSource", "read_image_file", "index"]
+__all__ = ["NAME", "INFO", "Writer", "Native", "open_native", "targets", "manifest_keys",
+           "list_tree", "record_path", "FolderSource", "read_image_file", "index", "detect"]
 
 NAME = "images"
-FILE_PER_RECORD = True  # readers check each file as they open it (hpcio.readers.base)
+INFO = FormatInfo(file_per_record=True)  # readers check each file as they open it
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".raw")
 
 
@@ -33,6 +33,12 @@ def targets(k, spec):
 def manifest_keys(spec):
     return {"images": {"pattern": "shard-{shard:05d}/{label:04d}/{record:08d}." +
                        EXTENSIONS[spec.encoding]}}
+
+
+def detect(path):
+    """Any folder may be one of images in class sub-folders: the last resort of
+    ``datagen index``, when no other format claims it."""
+    return MAYBE if os.path.isdir(path) else 0
 
 
 def record_path(k, label, i, encoding):

@@ -19,15 +19,18 @@ import numpy as np
 
 from ..data.dataset import RecordIndex, sha256_file
 from ..errors import HpcioError
-from .base import CAFFE_KEY, ShardResult, classes_of, index_manifest, save_keys, \
-    shard_stem
+from .base import CAFFE_KEY, SURE, FormatInfo, ShardResult, classes_of, index_manifest, \
+    save_keys, shard_stem
 from .datum import describe, parse_datum
 
-__all__ = ["NAME", "KEY", "Writer", "Native", "open_native", "targets", "manifest_keys",
-           "value_offsets", "mapping_start", "parse_datum", "open_env", "index_env", "index"]
+__all__ = ["NAME", "INFO", "KEY", "Writer", "Native", "open_native", "targets",
+           "manifest_keys", "value_offsets", "mapping_start", "parse_datum", "open_env",
+           "index_env", "index", "detect", "owned"]
 
 NAME = "lmdb"
-MAPPED = True  # the native reader maps data.mdb: readers check a file before touching it
+#: the native reader maps data.mdb (readers check a file before touching it) and walks a
+#: cursor in key order
+INFO = FormatInfo(mapped=True, cursor=True)
 KEY = CAFFE_KEY
 _GROW = 1 << 30
 
@@ -38,6 +41,18 @@ def targets(k, spec):
 
 def manifest_keys(spec):
     return {"lmdb": {"key": KEY, "value": "record", "subdir": True}}
+
+
+def owned(path):
+    """LMDB's lock file, which every open of a shard environment may create."""
+    return ["lock.mdb"]
+
+
+def detect(path):
+    """An environment directory (its ``data.mdb``) or an ``.mdb`` file."""
+    if os.path.isdir(path):
+        return SURE if os.path.exists(os.path.join(path, "data.mdb")) else 0
+    return SURE if path.endswith(".mdb") else 0
 
 
 def mapping_start(path):

@@ -7,7 +7,7 @@ clocks of different nodes. :func:`mpi_started` stamps the moment ``MPI_Init`` re
 this rank, on this rank's clock: the rank's Darshan start is that stamp less Darshan's own
 set-up, which is the same on every rank, so ``log start + (stamp - smallest stamp)`` is
 the rank's Darshan start on its own clock, whatever the skew between starts or the offset
-between nodes (``hpcio.analysis.tables.dxt_shifts``).
+between nodes (``hpcio.explain.tables.dxt_shifts``).
 
 To put several ranks on one time line (a figure of every rank's steps) the nodes' clocks
 must agree: :func:`offsets` measures each node's offset from rank 0's clock with MPI

@@ -1,5 +1,5 @@
 """Darshan tracing of hpcio runs: the runtime library, its config, the re-exec that preloads
-it, and reading the log it writes.
+it, and where the log goes; reading the log is :mod:`hpcio.measure.darshanlog`'s.
 
 Darshan's runtime (``libdarshan.so``) intercepts POSIX, STDIO and MPI-IO calls when it is
 ``LD_PRELOAD``ed; rank 0 writes one log at ``MPI_Finalize``. The preload must be in the
@@ -10,13 +10,10 @@ to it. ``scripts/darshan-local.sh build`` builds one against mpi4py's MPI.
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import math
 import os
 import re
-import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -26,8 +23,7 @@ from hpcio.errors import HpcioError
 
 __all__ = ["DEFAULT_CONFIG", "config_text", "write_config", "shared_config", "check_library",
            "mpi4py_libmpi", "trace_env", "reexec_traced", "reexecuted", "log_path", "set_logfile",
-           "find_parser", "log_summary", "log_is_partial", "info", "preloaded_library",
-           "dataset_files", "incomplete"]
+           "info", "preloaded_library", "dataset_files", "incomplete"]
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "darshan.conf")
 
@@ -253,8 +249,11 @@ def incomplete(nfiles: int, environ: Optional[Mapping[str, str]] = None) -> Opti
 
 
 def log_path(run_dir: str, name: str = "hpcio") -> str:
-    """Where a run's log goes: RUN_DIR/darshan/NAME.darshan."""
-    return os.path.join(os.path.abspath(run_dir), "darshan", f"{name}.darshan")
+    """Where a run's log goes: RUN_DIR/darshan/NAME.darshan
+    (:meth:`hpcio.measure.rundir.RunDir.darshan_log`)."""
+    from .rundir import RunDir  # numpy and yaml: not before a re-exec needs them
+
+    return RunDir(os.path.abspath(run_dir)).darshan_log(name)
 
 
 def set_logfile(path: str) -> str:
@@ -264,136 +263,6 @@ def set_logfile(path: str) -> str:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     os.environ["DARSHAN_LOGFILE"] = path
     return path
-
-
-def find_parser(lib: Optional[str] = None) -> Optional[str]:
-    """darshan-parser: beside ``lib``'s install (PREFIX/bin), in this checkout's .darshan
-    (scripts/darshan-local.sh), or on PATH."""
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    places = [os.path.join(repo, ".darshan", "bin", "darshan-parser")]
-    if lib:
-        places.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-            os.path.realpath(lib))), "bin", "darshan-parser"))
-    for p in places:
-        if os.access(p, os.X_OK):
-            return p
-    return shutil.which("darshan-parser")
-
-
-_SUMMED = {"POSIX": "POSIX_BYTES_", "MPI-IO": "MPIIO_BYTES_", "STDIO": "STDIO_BYTES_"}
-# Darshan 3's module ids (darshan-log-format.h, DARSHAN_MODULE_IDS): bit i of partial_flag.
-_MODULE_IDS = ("NULL", "POSIX", "MPI-IO", "H5F", "H5D", "PNETCDF_FILE", "PNETCDF_VAR", "BG/Q",
-               "LUSTRE", "STDIO", "DXT_POSIX", "DXT_MPIIO", "MDHIM", "APXC", "APMPI", "HEATMAP",
-               "DFS", "DAOS")
-_MAGIC = 6567223
-
-
-def _header(path: str) -> Dict[str, List[str]]:
-    """The modules with data and those flagged partial, from the log's uncompressed header
-    (darshan_header: char version[8], int64 magic, uchar compression, uint64 partial_flag,
-    a (offset, length) map of the name table, then one per module id). darshan-parser shows
-    a DXT module's partial flag only when that module holds no data; the header always has it."""
-    size = 48 + 16 * len(_MODULE_IDS)
-    with open(path, "rb") as f:
-        head = f.read(size)
-    for order in "<>":
-        if len(head) == size and head.startswith(b"3.") and \
-                struct.unpack_from(order + "q", head, 8)[0] == _MAGIC:
-            flags = struct.unpack_from(order + "Q", head, 24)[0]
-            lengths = struct.unpack_from(order + "8xQ" * len(_MODULE_IDS), head, 48)
-            return {"modules": [m for m, n in zip(_MODULE_IDS, lengths) if n],
-                    "partial": [m for i, m in enumerate(_MODULE_IDS) if flags >> i & 1]}
-    raise HpcioError(f"{path} is not a Darshan 3 log")
-
-
-def _empty_summary() -> dict:
-    return {"version": None, "nprocs": None, "records": {},
-            "bytes_read": {m: {} for m in _SUMMED}, "bytes_written": {m: {} for m in _SUMMED}}
-
-
-def _add(summary: dict, module: str, rank: int, read: int, written: int) -> None:
-    for key, n in (("bytes_read", read), ("bytes_written", written)):
-        per_rank = summary[key][module]
-        per_rank[rank] = per_rank.get(rank, 0) + n
-
-
-def _summary_pydarshan(path: str) -> dict:
-    import darshan  # PyDarshan, the project's [darshan] extra
-
-    try:
-        report = darshan.DarshanReport(path, read_all=False)
-    except Exception as e:  # PyDarshan raises bare RuntimeError/ValueError on bad logs
-        raise HpcioError(f"{path} is not a readable Darshan log: {e}") from None
-    s = _empty_summary()
-    job = report.metadata["job"]
-    s["version"] = job.get("metadata", {}).get("lib_ver")
-    s["nprocs"] = int(job["nprocs"])
-    for module, prefix in _SUMMED.items():
-        if module not in report.modules:
-            continue
-        report.mod_read_all_records(module)
-        df = report.records[module].to_df()["counters"]
-        for rank, read, written in zip(df["rank"], df[prefix + "READ"], df[prefix + "WRITTEN"]):
-            _add(s, module, int(rank), int(read), int(written))
-        s["records"][module] = len(df)
-    return s
-
-
-def _summary_parser(path: str, parser: str) -> dict:
-    s = _empty_summary()
-    seen = {m: set() for m in _SUMMED}
-    wanted = {p + op: (m, op) for m, p in _SUMMED.items() for op in ("READ", "WRITTEN")}
-    with subprocess.Popen([parser, "--show-incomplete", path], stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True) as p:
-        for line in p.stdout:
-            if line.startswith("#"):
-                if line.startswith("# nprocs:"):
-                    s["nprocs"] = int(line.split(":")[1])
-                elif line.startswith("# metadata: lib_ver = "):
-                    s["version"] = line.split("=", 1)[1].strip()
-                continue
-            f = line.split("\t")
-            if len(f) < 5 or f[3] not in wanted:
-                continue
-            module, op = wanted[f[3]]
-            rank = int(f[1])
-            seen[module].add((rank, f[2]))
-            _add(s, module, rank, int(f[4]) if op == "READ" else 0,
-                 int(f[4]) if op == "WRITTEN" else 0)
-        err = p.stderr.read()
-    if p.returncode or s["nprocs"] is None:
-        last = (err.strip().splitlines() or [f"darshan-parser exited {p.returncode}"])[-1]
-        raise HpcioError(f"{path} is not a readable Darshan log: {last.lstrip('# ')}")
-    s["records"] = {m: len(r) for m, r in seen.items() if r}
-    return s
-
-
-def log_summary(path: str, parser: Optional[str] = None) -> dict:
-    """What a log says: {path, modules: [those with data], partial: [those that ran out of
-    records or memory], version, nprocs, records: {module: files}, bytes_read and
-    bytes_written: {module: {rank: bytes}}} for the POSIX, MPI-IO and STDIO modules (rank -1
-    holds files shared by all ranks when the run did not disable the shared reduction).
-
-    Read with PyDarshan when it is installed, else with ``parser`` (darshan-parser;
-    ``find_parser()`` by default)."""
-    if not os.path.isfile(path):
-        raise HpcioError(f"no Darshan log at {path}")
-    head = {"path": os.path.abspath(path), **_header(path)}
-    if parser is None:
-        if importlib.util.find_spec("darshan") is not None:
-            return {**head, **_summary_pydarshan(path)}
-        parser = find_parser()
-    if parser is None:
-        raise HpcioError("cannot read Darshan logs: install PyDarshan (pip install "
-                         "'hpcio[darshan]') or build darshan-parser (scripts/darshan-local.sh)")
-    return {**head, **_summary_parser(path, parser)}
-
-
-def log_is_partial(path: str) -> bool:
-    """Whether a module of the log ran out of records or memory (its data is incomplete)."""
-    if not os.path.isfile(path):
-        raise HpcioError(f"no Darshan log at {path}")
-    return bool(_header(path)["partial"])
 
 
 def _version(lib: str) -> Optional[str]:
@@ -443,6 +312,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         check_library(a.lib)
         out = info(a.lib)
     else:
+        from .darshanlog import log_summary  # numpy: not before a re-exec needs it
+
         out = [log_summary(p, a.parser) for p in a.logs]
     print(json.dumps(out, indent=2))
     return 0

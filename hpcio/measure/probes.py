@@ -14,7 +14,8 @@ import time
 
 __all__ = ["block_device", "whole_disks", "data_disks", "disk_read_bytes",
            "read_ahead_kb", "cpu_jiffies", "machine_busy", "proc_io", "rusage",
-           "rss_bytes", "mem_available", "loadavg", "os_view", "wait_quiet", "counters", "delta"]
+           "rss_bytes", "meminfo", "mem_available", "loadavg", "os_view", "wait_quiet",
+           "counters", "delta"]
 
 SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
 
@@ -172,17 +173,23 @@ def rss_bytes():
         return None
 
 
-def mem_available():
-    """Bytes of memory the kernel says are available for new work (``MemAvailable``), or
-    None."""
+def meminfo(field):
+    """Bytes ``/proc/meminfo`` gives for ``field`` (``MemTotal``, ``MemAvailable``...), or
+    None where it cannot be read (not Linux)."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def mem_available():
+    """Bytes of memory the kernel says are available for new work (``MemAvailable``), or
+    None."""
+    return meminfo("MemAvailable")
 
 
 def loadavg():

@@ -55,7 +55,7 @@ from compute. NCCL completes the allreduce on the GPU's stream: not timed there 
 With ``--exchange-model none`` the ranks step independently and ``straggler_wait`` and
 ``exchange`` are exactly 0 (t3 = t4 = t5).
 
-Summary figures (:func:`hpcio.analysis.summary.summarize`), computed at the end from the
+Summary figures (:func:`hpcio.explain.summary.summarize`), computed at the end from the
 ranks' :func:`rank_summary`. Throughput and the time split count **every step** (whole
 epochs); AU is given both ways, each labelled:
 
@@ -122,10 +122,13 @@ def split_stall(t0, t1, f0, f1, p1):
 class StepLog:
     """This rank's step records in one preallocated float64 array (one row per step):
     recording a step is one row assignment, no growing Python lists on the hot path.
-    ``t0`` is relative to ``origin`` (the run's start on this rank)."""
+    ``t0`` is relative to ``origin`` (the run's start on this rank). ``lead`` (not saved)
+    places the fetch and prep parts inside the wait for a trace: where the first of them
+    starts, seconds after t0 (the wait before it is hand-over too)."""
 
     def __init__(self, capacity, origin=None):
         self.rows = np.zeros((max(int(capacity), 1), len(STEP_FIELDS)), dtype=np.float64)
+        self.lead = np.zeros(len(self.rows))
         self.n = 0
         self.origin = time.perf_counter() if origin is None else origin
 
@@ -134,7 +137,10 @@ class StepLog:
         """Record one step from its time stamps (see the module docstring)."""
         if self.n == len(self.rows):  # only if the plan was longer than announced
             self.rows = np.concatenate([self.rows, np.zeros_like(self.rows)])
+            self.lead = np.concatenate([self.lead, np.zeros_like(self.lead)])
         fetch, prep, other = split_stall(t0, t1, f0, f1, p1)
+        if fetch or prep:
+            self.lead[self.n] = max(0.0, (f0 if fetch else f1) - t0)
         self.rows[self.n] = (epoch, step, t0 - self.origin, t7 - t0, fetch, prep, other,
                              t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5, t7 - t6, records,
                              nbytes, fetch_s, prep_s, first_bucket_wait)

@@ -6,7 +6,7 @@
 import inspect
 import math
 
-from ..errors import HpcioError
+from ..errors import HpcioError, lookup
 from .base import (PATTERNS, READERS, VERIFY, Auto, Batch, Reader, ReaderStats,
                    convert_option, faults, register)
 from . import coordinated, memory, naive  # noqa: F401  (register the readers)
@@ -46,11 +46,7 @@ def option_types(cls):
 
 
 def _reader(name):
-    try:
-        return READERS[name]
-    except KeyError:
-        raise HpcioError(f"unknown reader {name!r} (choose from {', '.join(sorted(READERS))})",
-                         everywhere=True)
+    return lookup(READERS, name, "reader", sorted(READERS))
 
 
 def check_options(name, options):

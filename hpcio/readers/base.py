@@ -1,10 +1,12 @@
 """The reader protocol: for an epoch's plan, yield this rank's batches in plan order.
 
-And what every reader shares: its counters (:class:`ReaderStats`), the checks that the
-bytes delivered are the bytes the index describes (every record's CRC32C, in
-:meth:`Reader.epoch`, which no reader overrides; every file's identity, in
-:class:`FileCheck`), the read meter of the reading thread (:class:`ThreadIO`) and the types
-of reader options (:func:`convert_option`).
+And what every reader shares: its counters (:class:`ReaderStats`: the batches, records
+and bytes delivered are counted in :meth:`Reader.epoch`, which no reader overrides, the
+page faults of an epoch by :meth:`Reader.count_faults`), the checks that the bytes
+delivered are the bytes the index describes (every record's CRC32C, in
+:meth:`Reader.epoch`; every file's identity, in :class:`FileCheck`), the read meter of
+the reading thread (:class:`ThreadIO`) and the types of reader options
+(:func:`convert_option`).
 """
 
 import os
@@ -28,8 +30,9 @@ if TYPE_CHECKING:  # annotations only
     from ..plan import Plan
 
 __all__ = ["Batch", "ReaderStats", "Reader", "BufferRing", "READERS", "PATTERNS", "pattern",
-           "register", "faults", "FileCheck", "size_error", "files_are_records", "ThreadIO",
-           "Auto", "Collective", "convert_option", "MAX_CACHE_FILES", "VERIFY"]
+           "register", "faults", "faults_since", "FileCheck", "size_error",
+           "files_are_records", "ThreadIO", "Auto", "Collective", "convert_option",
+           "MAX_CACHE_FILES", "VERIFY"]
 
 # page-cache residency is measured per epoch for datasets of at most this many files
 # (mincore maps every file: a folder of a million images would take seconds)
@@ -143,6 +146,12 @@ def faults():
     return r.ru_minflt, r.ru_majflt
 
 
+def faults_since(f0):
+    """(minor, major) page faults of this process since ``f0`` (a :func:`faults`)."""
+    f1 = faults()
+    return f1[0] - f0[0], f1[1] - f0[1]
+
+
 class ThreadIO:
     """Bytes and read system calls of the calling thread (``rchar``, ``syscr`` of
     ``/proc/self/task/<tid>/io``): what a library read for us, whatever it does inside,
@@ -178,7 +187,7 @@ def files_are_records(ds):
     """True when every record is a file of its own (image folders): such files are
     checked by their readers on the file opened, never listed or stat-ed up front."""
     fmt = FORMATS.get(ds.format)
-    return bool(getattr(fmt, "FILE_PER_RECORD", False))
+    return fmt is not None and fmt.info.file_per_record
 
 
 def size_error(path, size, want, when):
@@ -370,8 +379,8 @@ class Reader:
     """Base class. A reader is made once per run on every rank (collectively when it uses
     MPI) and then executes plans: ``for batch in reader.epoch(plan): ...``.
 
-    Subclasses set ``name`` and implement :meth:`batches`; :meth:`epoch` checks what they
-    deliver (``verify``, one of :data:`VERIFY`). :meth:`close` frees resources
+    Subclasses set ``name`` and implement :meth:`batches`; :meth:`epoch` counts and checks
+    what they deliver (``verify``, one of :data:`VERIFY`). :meth:`close` frees resources
     (collective for readers that opened MPI files).
     """
 
@@ -418,28 +427,38 @@ class Reader:
         raise NotImplementedError
 
     def epoch(self, plan: "Plan") -> Iterator[Batch]:
-        """This rank's batches of ``plan``, every record checked against its CRC32C
-        before it is handed over (``verify=records``): a record that differs ends the run
-        with one line naming its file, record and offset."""
+        """This rank's batches of ``plan``, each counted in ``stats`` (``batches``,
+        ``records``, ``bytes``) as it is handed over and every record checked against its
+        CRC32C before (``verify=records``): a record that differs ends the run with one
+        line naming its file, record and offset."""
         inner = self.batches(plan)
-        if self.verify != "records" or self.verifies_reads:
-            yield from inner
-            return
         idx, st, clock = self.ds.index, self.stats, time.perf_counter
-        crc = idx.crc
-        same = bool(len(idx)) and idx.length.min() == idx.length.max()
+        crc = idx.crc if self.verify == "records" and not self.verifies_reads else None
+        same = crc is not None and bool(len(idx)) and idx.length.min() == idx.length.max()
         try:
             for b in inner:
-                t0 = clock()
-                want = crc[b.ids]
-                if not batch_ok(b.data, b.offsets, want, same):
-                    self._mismatch(b, want)
-                dt = clock() - t0
-                st.verify_s += dt
-                st.wait_s += dt
+                st.bytes += b.nbytes
+                st.records += len(b)
+                st.batches += 1
+                if crc is not None:
+                    t0 = clock()
+                    want = crc[b.ids]
+                    if not batch_ok(b.data, b.offsets, want, same):
+                        self._mismatch(b, want)
+                    dt = clock() - t0
+                    st.verify_s += dt
+                    st.wait_s += dt
                 yield b
         finally:
             inner.close()
+
+    def count_faults(self, f0):
+        """Add the process's page faults since ``f0`` (a :func:`faults`) to
+        ``stats.minflt`` and ``stats.majflt``: a reader's :meth:`batches` takes ``f0`` as
+        its epoch starts and calls this as it ends."""
+        minor, major = faults_since(f0)
+        self.stats.minflt += minor
+        self.stats.majflt += major
 
     def _mismatch(self, b, want):
         k = int(mismatch(b.data, b.offsets, want)[0])

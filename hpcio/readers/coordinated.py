@@ -240,9 +240,6 @@ class CoordinatedReader(Reader):
                     o = off[a:b + 1] - off[a]
                     batch = Batch(s, sid, buf[off[a]:off[b]], o, idx.label[sid],
                                   fetch_s=r.io_s if s == r.lo else 0.0)
-                    st.bytes += int(o[-1])
-                    st.records += len(sid)
-                    st.batches += 1
                     yield batch
                     asked += 1
                     if thread:
@@ -252,9 +249,7 @@ class CoordinatedReader(Reader):
                     self._give_back(asked)
         finally:
             gen.close()
-            f1 = faults()
-            st.minflt += f1[0] - f0[0]
-            st.majflt += f1[1] - f0[1]
+            self.count_faults(f0)
 
     # ---- sources: yield requests whose data is in self._ring[r.slot] ----------------
     def _sync_source(self, reqs, touched):

@@ -1,4 +1,5 @@
-"""ROMIO / MPI-IO hints from the command line: ``--hint cb_nodes=2 --hint romio_cb_read=enable``.
+"""ROMIO / MPI-IO hints as readers pass them to MPI (``--hint cb_nodes=2 --hint
+romio_cb_read=enable`` on the command line, :func:`hpcio.cli.parse_key_values`).
 
 The hints that matter for reading (ROMIO): ``romio_cb_read`` (enable/disable/automatic
 two-phase collective reads), ``cb_nodes`` (number of aggregators), ``cb_config_list``
@@ -8,25 +9,7 @@ aggregator reads per round), ``romio_ds_read`` (data sieving for independent
 noncontiguous reads) and ``ind_rd_buffer_size`` (its buffer).
 """
 
-from ..errors import HpcioError
-
-__all__ = ["parse_hints", "mpi_info", "file_hints"]
-
-
-def parse_hints(items, flag="--hint"):
-    """``["k=v", ...]`` (or a dict) -> ``{k: v}`` of strings; a malformed item is an error
-    naming ``flag``, the option it came from (``--hint``, ``--reader-option``)."""
-    if not items:
-        return {}
-    if isinstance(items, dict):
-        return {str(k): str(v) for k, v in items.items()}
-    out = {}
-    for it in items:
-        k, sep, v = str(it).partition("=")
-        if not sep or not k.strip() or not v.strip():
-            raise HpcioError(f"{flag} {it!r} is not of the form key=value", everywhere=True)
-        out[k.strip()] = v.strip()
-    return out
+__all__ = ["mpi_info", "file_hints"]
 
 
 def mpi_info(hints):

@@ -27,26 +27,16 @@ from ..data.dataset import compressed_records
 from ..errors import HpcioError
 from ..formats import FORMATS
 from ..fsutil import aligned_empty
+from ..measure.probes import mem_available
 from ..mpiutil import node_comm
 from .assemble import gather, layout
-from .base import Batch, BufferRing, Reader, faults, register, size_error
+from .base import Batch, BufferRing, Reader, faults, faults_since, register, size_error
 
 __all__ = ["MemoryReader", "load_files", "load_native", "HOLD"]
 
 PIECE = 8 << 20
 #: how records are held: one buffer ("cppmem") or a list of bytes, one per record ("pymem")
 HOLD = ("buffer", "pymem")
-
-
-def _avail_bytes():
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def load_files(paths, sizes, out, piece=PIECE):
@@ -112,7 +102,7 @@ class MemoryReader(Reader):
         if hold == "pymem":  # the objects, while the buffer they are split off still lives
             need += int(idx.length.sum()) + len(idx) * (sys.getsizeof(b"") + 8)
         if max_bytes is None:
-            avail = _avail_bytes()
+            avail = mem_available()
             local = 1
             if comm is not None and comm.Get_size() > 1:
                 node = node_comm(comm)
@@ -139,9 +129,7 @@ class MemoryReader(Reader):
         self.stats.read_bytes = total
         self.stats.calls = calls
         self.stats.opens = opens
-        f1 = faults()
-        self.stats.extra["load_minflt"] = f1[0] - f0[0]
-        self.stats.extra["load_majflt"] = f1[1] - f0[1]
+        self.stats.extra["load_minflt"], self.stats.extra["load_majflt"] = faults_since(f0)
         self.records = None
         self._fill = self._gather
         if hold == "pymem":
@@ -186,14 +174,9 @@ class MemoryReader(Reader):
                 dt = time.perf_counter() - t0
                 b.fetch_s = dt
                 st.wait_s += dt
-                st.bytes += int(off[-1])
-                st.records += len(ids)
-                st.batches += 1
                 yield b
         finally:
-            f1 = faults()
-            st.minflt += f1[0] - f0[0]
-            st.majflt += f1[1] - f0[1]
+            self.count_faults(f0)
 
     def close(self):
         self.mem = self.records = None

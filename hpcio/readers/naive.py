@@ -6,13 +6,15 @@ Each rank opens the dataset through its format's own library
 LevelDB per shard on every rank through a private directory of links to its tables
 (LevelDB lets one process open a database; one ``db.get`` per sample), h5py with its
 default driver (one read per sample), image files (every rank lists the class folders
-itself, then open/read one file per sample), packed shards (one ``pread`` per record). The per-sample calls are the point: they are what is being measured. Only the
+itself, then open/read one file per sample), packed shards (one ``pread`` per record), npz
+files (``np.load``, the file's ``x`` kept while its samples are read), TFRecord files (read
+in order through a 256 KiB buffer, both CRCs of each record checked). The per-sample calls are the point: they are what is being measured. Only the
 batch assembly is ours: each record is copied into one page-aligned buffer at offsets
 computed from the index, so consumers see the same :class:`Batch` as from every reader.
 
 Bytes read are bytes delivered: every shard is checked (:class:`FileCheck`) at each epoch's
 start and, for the files a batch touches, once per batch: before its reads where the
-format maps its files (``MAPPED``: an LMDB page past the end of a truncated file is a
+format maps its files (``FormatInfo.mapped``: an LMDB page past the end of a truncated file is a
 SIGBUS), after them elsewhere (HDF5 reads zeros past the end, ``pread`` returns less).
 A shard truncated in the instant between the check and an LMDB read still kills the
 process with SIGBUS, which no check can close: while a mapped format is open, a watcher
@@ -58,7 +60,7 @@ class NaiveReader(Reader):
                              everywhere=True)
         self.check = None if files_are_records(dataset) else \
             FileCheck(dataset, live=self.verify != "off")
-        self.mapped = bool(getattr(fmt, "MAPPED", False))  # check before reads, not after
+        self.mapped = fmt.info.mapped  # check before reads, not after
         self._ring = BufferRing(2, slack=1.25)  # batches vary in size: few regrowths
         self._meter = ThreadIO()
         self._watch = None
@@ -71,7 +73,7 @@ class NaiveReader(Reader):
             self.close()
             raise
         self.stats.opens += self.native.opens
-        if access == "cursor" and not hasattr(self.native, "walk"):
+        if access == "cursor" and not fmt.info.cursor:
             self.native.close()
             raise HpcioError(f"access=cursor walks a key-value store in key order; a "
                              f"{dataset.format} dataset has none", everywhere=True)
@@ -128,15 +130,10 @@ class NaiveReader(Reader):
                 dt = clock() - t0
                 st.io_s += io
                 st.wait_s += dt
-                st.bytes += int(off[-1])
-                st.records += len(ids)
-                st.batches += 1
                 yield Batch(s, ids, buf[:off[-1]], off, idx.label[ids], fetch_s=dt)
         finally:
             st.skipped += skipped[0]
-            f1 = faults()
-            st.minflt += f1[0] - f0[0]
-            st.majflt += f1[1] - f0[1]
+            self.count_faults(f0)
 
     def close(self):
         native, self.native = getattr(self, "native", None), None

@@ -14,7 +14,8 @@ from ..fsutil import atomic_json, atomic_write
 from .calibrate import Fit, calibrate, errors_of, run_cases
 from .engine import AGGREGATE_ABOVE, Case
 from .platform import load_platform, platform_dict
-from .workload import workload_from_run
+from ..explain.runs import expand
+from .workload import median_of_repeats, workload_from_run
 
 __all__ = ["main"]
 
@@ -29,8 +30,12 @@ def _ranks(text):
     return out
 
 
-def _workloads(dirs):
-    ws = [workload_from_run(d) for d in dirs]
+def _workloads(paths):
+    """Every run under ``paths`` (run or sweep directories) as a workload."""
+    dirs, problems, _ = expand(paths)
+    if problems:
+        raise HpcioError(problems[0])
+    ws = median_of_repeats([workload_from_run(d) for d, _ in dirs])
     datasets = {w.dataset for w in ws}
     if len(datasets) > 1:
         raise HpcioError(f"runs of different datasets mixed: {' | '.join(sorted(datasets))}")
@@ -81,12 +86,12 @@ def _held_out(ws, platform):
     that says what a prediction past the runs is worth. None with one rank count."""
     top = max(w.ranks for w in ws)
     train = [w for w in ws if w.ranks < top]
-    if not train or {w.label for w in train} != {w.label for w in ws}:
+    if not train or {w.case for w in train} != {w.case for w in ws}:
         return None, top
     fit = calibrate(train, platform)
     held = [w for w in ws if w.ranks == top]
     figs = run_cases([Case(fit.platform, w, fit.params[w.label]) for w in held])
-    rows = [{"run": w.name, "reader": w.label, "ranks": w.ranks,
+    rows = [{"run": w.name, "reader": w.case, "ranks": w.ranks,
              "measured_stall_s": w.measured["stall_max_s"], "simulated_stall_s": f["stall_max_s"],
              "measured_au_percent": w.measured["au_pct"], "simulated_au_percent": f["au_pct"],
              **errors_of(f, w.measured)} for w, f in zip(held, figs)]
@@ -135,8 +140,8 @@ def _templates(ws, variants):
     ``--also`` variant made from its reader's (cursor walks need shuffle none)."""
     first = {}
     for w in ws:
-        if w.label not in first or w.ranks > first[w.label].ranks:
-            first[w.label] = w
+        if w.case not in first or w.ranks > first[w.case].ranks:
+            first[w.case] = w
     for reader, access, shuffle in variants:
         base = next((w for w in first.values() if w.reader == reader), None)
         if base is None:
@@ -148,8 +153,8 @@ def _templates(ws, variants):
             raise HpcioError(f"--also {v.label}: the simulation has no request pattern for it")
         if v.access == "cursor" and v.shuffle != "none":
             raise HpcioError(f"--also {v.label}: a cursor walks keys in order: add :none")
-        key = v.label + ("" if v.shuffle == base.shuffle else f" ({v.shuffle})")
-        first[key] = replace(v, measured=None, name=key)
+        if v.case not in first:
+            first[v.case] = replace(v, measured=None, name=v.case)
     return first
 
 
@@ -316,13 +321,15 @@ def _parser():
     ap = argparse.ArgumentParser(prog="python -m hpcio.simulate", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     c = sub.add_parser("calibrate", help="fit latency, bandwidth and CPU per sample to runs")
-    c.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    c.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP",
+                   help="run directories, sweep directories, or directories of runs")
     c.add_argument("--platform", required=True, help="platform YAML the runs ran on")
     c.add_argument("-o", "--output", help="write the fitted platform YAML here")
     c.set_defaults(func=_calibrate)
     p = sub.add_parser("predict", help="calibrate on runs, validate, predict at --ranks")
     p.add_argument("--platform", required=True, help="platform YAML")
-    p.add_argument("--from", dest="runs", nargs="+", required=True, metavar="RUN_DIR")
+    p.add_argument("--from", dest="runs", nargs="+", required=True, metavar="RUN_OR_SWEEP",
+                   help="run directories, sweep directories, or directories of runs")
     p.add_argument("--ranks", type=_ranks, required=True, help="e.g. 1,2,4,8,16")
     p.add_argument("--steps", type=int, default=None, help="steps to simulate (the runs')")
     p.add_argument("--records", type=int, default=None,

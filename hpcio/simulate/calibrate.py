@@ -15,8 +15,8 @@ from typing import Dict, List
 
 import numpy as np
 
-from ..analysis.runs import Run
-from ..analysis.tables import run_figures
+from ..explain.runs import Run
+from ..explain.tables import run_figures
 from ..errors import HpcioError
 from .engine import Case, simulate
 from .workload import NodeCache
@@ -176,7 +176,7 @@ def calibrate(workloads, platform):
         if (case.platform.latency_s, case.platform.server_bps,
                 case.platform.server_threads, case.platform.client_threads) == best and \
                 case.params["cpu_s"] == cpu[w.label]:
-            fit.residuals.append({"run": w.name, "reader": w.label, "ranks": w.ranks,
+            fit.residuals.append({"run": w.name, "reader": w.case, "ranks": w.ranks,
                                   "measured_stall_s": w.measured["stall_max_s"],
                                   "simulated_stall_s": f["stall_max_s"],
                                   "measured_au_percent": w.measured["au_pct"],

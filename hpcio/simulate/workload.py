@@ -9,14 +9,14 @@ from typing import Optional
 
 import numpy as np
 
-from ..analysis.runs import load_run
-from ..analysis.tables import run_figures
+from ..explain.runs import load_run
+from ..explain.tables import run_figures
 from ..errors import HpcioError
-from ..plan import epoch_order
+from ..plan import BLOCK, WINDOW, epoch_order
 from ..readers import PATTERNS
 from ..readers.requests import request_bounds, steady_steps
 
-__all__ = ["Workload", "workload_from_run", "PATTERNS", "NodeCache"]
+__all__ = ["Workload", "workload_from_run", "median_of_repeats", "PATTERNS", "NodeCache"]
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,8 @@ class Workload:
     exchange_bytes: int = 0          # the gradient exchange's allreduce, per step
     exchange_s: float = 0.0          # its measured transfer, per step (mean)
     cold: bool = False               # --cache cold: every node's cache emptied each epoch
+    block: int = BLOCK               # chunk shuffle: the run's --block and --window
+    window: int = WINDOW
 
     @property
     def steps_per_epoch(self):
@@ -59,11 +61,18 @@ class Workload:
         """The reader as results name it: ``naive`` (get) or ``naive-cursor``."""
         return self.reader if self.access in (None, "get") else f"{self.reader}-{self.access}"
 
+    @property
+    def case(self):
+        """What predictions and validation rows name: the label, with the shuffle where it is
+        not global (``coordinated (none)``); runs of one reader with two shuffles are two
+        curves sharing one reader's costs."""
+        return self.label if self.shuffle == "global" else f"{self.label} ({self.shuffle})"
+
     def at(self, ranks, steps=None, records=None):
         """This workload on ``ranks`` ranks (what a prediction asks), nothing measured."""
         return replace(self, ranks=int(ranks), steps=int(steps or self.steps),
                        records=int(records or self.records), measured=None,
-                       name=f"{self.label}-n{ranks}")
+                       name=f"{self.case}-n{ranks}")
 
     def plans(self):
         """Every rank's record ids per step, (ranks, steps, batch), epochs following each
@@ -77,7 +86,8 @@ class Workload:
         out, epoch, left = [], 0, self.steps
         while left > 0:
             n = min(per_epoch, left)
-            order = epoch_order(self.records, epoch, self.seed, self.shuffle)
+            order = epoch_order(self.records, epoch, self.seed, self.shuffle, self.block,
+                                self.window)
             out.append(order[:n * g].reshape(n, self.ranks, self.batch))
             left -= n
             epoch += 1
@@ -102,7 +112,7 @@ def _steady(config, stats, steps, step_bytes):
 
 def workload_from_run(path):
     """The :class:`Workload` of run directory ``path`` (any run format
-    :func:`hpcio.analysis.runs.load_run` reads), or HpcioError saying what it lacks."""
+    :func:`hpcio.explain.runs.load_run` reads), or HpcioError saying what it lacks."""
     if not os.path.isdir(path):
         raise HpcioError(f"{path}: not a run directory")
     run = load_run(path)
@@ -134,7 +144,8 @@ def workload_from_run(path):
         name=run.name, reader=reader, ranks=run.ranks, batch=int(c["batch"]),
         steps=int(s["step"].shape[1]), records=int(records),
         record_bytes=float(total) / int(records), shuffle=c.get("shuffle", "global"),
-        seed=int(c.get("seed", 0)), compute_s=fig["compute_s"], rest_s=fig["rest_s"],
+        seed=int(c.get("seed", 0)), block=int(c.get("block", BLOCK)),
+        window=int(c.get("window", WINDOW)), compute_s=fig["compute_s"], rest_s=fig["rest_s"],
         sync=sync, prefetch=int((stats[0].get("prefetch") if stats else None)
                                 or c.get("reader_prefetch") or 2),
         steady_steps=_steady(c, stats, int(s["step"].shape[1]), int(c["batch"]) * total
@@ -142,6 +153,35 @@ def workload_from_run(path):
         faults_per_sample=faults / got if got else float("nan"),
         dataset=run.dataset, measured=fig, access=access, exchange_bytes=xbytes,
         exchange_s=xs, cold=c.get("cache") == "cold")
+
+
+#: what a run measured of its workload, per step: repeats of one point give their median
+_MEASURED = ("compute_s", "rest_s", "faults_per_sample", "exchange_s", "steady_steps",
+             "prefetch")
+
+
+def median_of_repeats(workloads):
+    """One workload per point (same reader, shuffle, ranks, plan): repeats of a point
+    replay the same plan, so the simulation runs it once and compares it with the median
+    of what the repeats measured (per figure), as interleaved repeats are meant to be read."""
+    groups = OrderedDict()
+    for w in workloads:
+        key = (w.case, w.ranks, w.batch, w.steps, w.records, w.seed, w.dataset, w.sync,
+               w.exchange_bytes, w.cold)
+        groups.setdefault(key, []).append(w)
+    out = []
+    for ws in groups.values():
+        if len(ws) == 1:
+            out.append(ws[0])
+            continue
+        med = {f: type(getattr(ws[0], f))(np.median([getattr(w, f) for w in ws]))
+               for f in _MEASURED}
+        keys = set.intersection(*(set(w.measured) for w in ws))
+        measured = {k: float(np.median([w.measured[k] for w in ws])) for k in keys
+                    if all(isinstance(w.measured[k], (int, float)) for w in ws)}
+        out.append(replace(ws[0], name=f"{ws[0].case} n={ws[0].ranks} (median of {len(ws)})",
+                           measured=measured, **med))
+    return out
 
 
 class NodeCache:

@@ -14,7 +14,7 @@ import time
 
 from ..errors import HpcioError
 from ..fsutil import atomic_write
-from ..measure.results import RUN_MARKER
+from ..measure.rundir import RUN_MARKER
 
 __all__ = ["CHECKPOINT", "MARKER", "check_checkpoint_dir", "claim_checkpoint_dir",
            "save_checkpoint", "load_checkpoint"]

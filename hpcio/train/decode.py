@@ -11,10 +11,11 @@ import io
 
 import numpy as np
 
-from ..errors import HpcioError
+from ..errors import HpcioError, lookup
+from ..formats.example import payloads
 
-__all__ = ["MODES", "DECODERS", "DTYPES", "element_type", "raw_view", "decode_images",
-           "decode_records"]
+__all__ = ["MODES", "DECODERS", "DTYPES", "CONTAINERS", "element_type", "raw_view",
+           "decode_images", "decode_records", "unwrapper"]
 
 MODES = {1: "L", 3: "RGB"}  # channels -> Pillow mode (gray uses Pillow's ITU-R 601 luma)
 
@@ -55,9 +56,7 @@ def raw_view(data, offsets, shape, layout="hwc", dtype="uint8"):
     vectorised); anything else is bad data and raises :class:`HpcioError`. Channel-major
     (``chw``) records are viewed through a transpose, not copied.
     """
-    if layout not in LAYOUTS:
-        raise HpcioError(f"unknown raw layout {layout!r} (choose from "
-                         f"{', '.join(LAYOUTS)})", everywhere=True)
+    lookup(LAYOUTS, layout, "raw layout")
     dt = element_type(dtype)
     h, w, c = sample_shape(shape)
     per = h * w * c * dt.itemsize
@@ -133,15 +132,46 @@ def _decode_image(batch, shape, layout="hwc", dtype="uint8"):
 DECODERS = {"raw": _decode_raw, "png": _decode_image, "jpeg": _decode_image}
 
 
+def _examples(data, offsets):
+    try:
+        return payloads(data, offsets)
+    except ValueError:
+        raise HpcioError("a record of the batch is not a tf.train.Example with one image "
+                         "feature (the manifest's container: example)")
+
+
+#: records that hold the sample inside (the manifest's ``container``): (data, offsets) of
+#: a batch -> (data, offsets) of its samples, before decoding. A TFRecord's Example: its
+#: ``image`` feature, as ``tf.io.parse_single_example`` gives it
+CONTAINERS = {"example": _examples}
+
+
+def unwrapper(manifest):
+    """The function that takes a batch's samples out of their records (``CONTAINERS``),
+    or None where records are the samples."""
+    c = manifest.get("container")
+    return None if c is None else lookup(CONTAINERS, c, "record container")
+
+
+class _Samples:
+    """A batch's samples taken out of their records: what the decoders read of a batch."""
+
+    def __init__(self, data, offsets, ids):
+        self.data, self.offsets, self.ids = data, offsets, ids
+
+    def __len__(self):
+        return len(self.offsets) - 1
+
+
 def decode_records(batch, manifest):
     """All records of ``batch`` as (N, H, W, C) at the manifest's shape, in its dtype
     (uint8 pixels; Caffe's scaled float32 as stored) (a copy, so it outlives the reader's
     buffer)."""
     enc = manifest.get("encoding")
-    try:
-        dec = DECODERS[enc]
-    except KeyError:
-        raise HpcioError(f"unknown encoding {enc!r} (choose from {', '.join(DECODERS)})",
-                         everywhere=True)
+    dec = lookup(DECODERS, enc, "encoding")
+    unwrap = unwrapper(manifest)
+    if unwrap is not None:
+        data, offsets = unwrap(np.asarray(batch.data), batch.offsets)
+        batch = _Samples(data, offsets, batch.ids)
     return dec(batch, sample_shape(manifest.get("shape")), manifest.get("layout", "hwc"),
                manifest.get("dtype", "uint8"))

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from datetime import timedelta
 
-from ..errors import HpcioError
+from ..errors import HpcioError, lookup
 from ..measure.clock import mpi_started
 from ..measure.clock import offsets as clock_offsets
 from ..mpiutil import node_comm, on_root
@@ -294,11 +294,7 @@ DISTS = {cls.name: cls for cls in (TorchDist, HorovodDist, NoDist)}
 
 
 def _backend(name):
-    try:
-        return DISTS[name]
-    except KeyError:
-        raise HpcioError(f"unknown --dist {name!r} (choose from {', '.join(DISTS)})",
-                         everywhere=True)
+    return lookup(DISTS, name, "--dist")
 
 
 def check_dist(name, world):

@@ -7,16 +7,14 @@ run repeats exactly and ranks do not move in lock step. Sleeping releases the GI
 loader threads run during it as they would during a GPU kernel.
 """
 
-import queue
-import threading
 import time
 
 import numpy as np
 import torch
 
-from ..errors import HpcioError
+from ..errors import HpcioError, lookup
 from ..fsutil import aligned_empty
-from .pipeline import Prepared
+from .pipeline import Loader, Prepared
 
 __all__ = ["DISTRIBUTIONS", "ComputeTime", "EmulatedModel", "SPEC", "ReadOnly"]
 
@@ -53,9 +51,7 @@ class ComputeTime:
     set-up)."""
 
     def __init__(self, mean, std=0.0, dist="fixed", seed=0, rank=0, block=4096):
-        if dist not in DISTRIBUTIONS:
-            raise HpcioError(f"unknown compute-time distribution {dist!r} (choose from "
-                             f"{', '.join(DISTRIBUTIONS)})", everywhere=True)
+        lookup(DISTRIBUTIONS, dist, "compute-time distribution")
         if mean < 0 or std < 0:
             raise HpcioError("--compute-time and --compute-std must be >= 0",
                              everywhere=True)
@@ -103,19 +99,16 @@ class _Spec:
 SPEC = _Spec()
 
 
-class _End:
-    pass
-
-
 class ReadOnly:
     """The emulated model's data path, as DLIO and MLPerf Storage run it: batches are read
     and handed to the step, with no decode and no tensor conversion (an emulated step
     does not look at pixels; converting 192 KiB pictures to float would make the
-    harness's CPU, not the storage, the limit). A loader thread copies each batch out of
-    the reader's buffer into a ring of page-aligned buffers, at most ``prefetch``
-    batches ahead of the trainer, and stamps it like :class:`hpcio.pipeline.Prepared`
-    (``t_fetch0``/``t_fetch1`` around the reader, ``t_prep1`` after the copy), so the
-    trainer's stall accounting is the same. ``x`` is the batch's bytes (uint8, 1-D)."""
+    harness's CPU, not the storage, the limit). A loader thread (the pipeline's
+    :class:`~hpcio.train.pipeline.Loader`) copies each batch out of the reader's buffer into
+    a ring of page-aligned buffers, at most ``prefetch`` batches ahead of the trainer, and
+    stamps it like :class:`hpcio.pipeline.Prepared` (``t_fetch0``/``t_fetch1`` around the
+    reader, ``t_prep1`` after the copy), so the trainer's stall accounting is the same.
+    ``x`` is the batch's bytes (uint8, 1-D)."""
 
     def __init__(self, prefetch=2):
         self.prefetch = max(0, int(prefetch))
@@ -130,7 +123,8 @@ class ReadOnly:
         hold, batches are handed on as they are, without a copy."""
         self.close()
         copy = lease < len(self._ring)
-        self._run = _ReadOnlyRun(iter(batches), self.prefetch, self._ring if copy else None)
+        self._run = Loader(batches, _Copy(self._ring if copy else None), self.prefetch,
+                        name="hpcio-readonly")
         return self._run
 
     def close(self):
@@ -140,16 +134,13 @@ class ReadOnly:
             self._run = None
 
 
-class _ReadOnlyRun:
-    def __init__(self, it, prefetch, ring):
-        self._q = queue.SimpleQueue()
-        self._permits = threading.Semaphore(prefetch)
-        self._halt = threading.Event()
+class _Copy:
+    """The loader's work on one batch: copy it out of the reader's buffer into the next
+    buffer of ``ring`` (None: hand on the reader's buffer) and stamp it."""
+
+    def __init__(self, ring):
         self._ring = ring
-        self._done = False
-        self._thread = threading.Thread(target=self._load, args=(it,), daemon=True,
-                                        name="hpcio-readonly")
-        self._thread.start()
+        self._k = 0
 
     def _buffer(self, k, n):
         buf = self._ring[k]
@@ -157,64 +148,16 @@ class _ReadOnlyRun:
             buf = self._ring[k] = aligned_empty(max(int(n * 1.25), 4096))
         return buf
 
-    def _load(self, it):
-        now = time.perf_counter
-        k = 0
-        try:
-            while True:
-                self._permits.acquire()
-                if self._halt.is_set():
-                    break
-                t0 = now()
-                try:
-                    b = next(it)
-                except StopIteration:
-                    self._q.put(_End)
-                    break
-                t1 = now()
-                off = np.asarray(b.offsets, dtype=np.int64)
-                lo, hi = (int(off[0]), int(off[-1])) if len(off) else (0, 0)
-                if self._ring is None:  # the reader's buffer outlives the batch's use
-                    buf = b.data[lo:hi]
-                else:
-                    buf = self._buffer(k, hi - lo)[:hi - lo]
-                    buf[:] = b.data[lo:hi]
-                    k = (k + 1) % len(self._ring)
-                y = torch.from_numpy(np.array(b.labels, dtype=np.int64))
-                t2 = now()
-                self._q.put(Prepared(b.step, torch.from_numpy(buf), y, len(y), hi - lo,
-                                     t0, t1, t2, t1 - t0, t2 - t1,
-                                     float(getattr(b, "fetch_s", 0.0))))
-        except BaseException as e:
-            self._q.put(e)
-        finally:
-            if self._halt.is_set() and hasattr(it, "close"):
-                try:
-                    it.close()
-                except Exception:
-                    pass
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self._done:
-            raise StopIteration
-        self._permits.release()
-        item = self._q.get()
-        if item is _End:
-            self._done = True
-            self._thread.join()
-            raise StopIteration
-        if isinstance(item, BaseException):
-            self.close()
-            raise item
-        return item
-
-    def close(self, timeout=2.0):
-        self._done = True
-        self._halt.set()
-        self._permits.release()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-        return not self._thread.is_alive()
+    def __call__(self, b, t0, t1):
+        off = np.asarray(b.offsets, dtype=np.int64)
+        lo, hi = (int(off[0]), int(off[-1])) if len(off) else (0, 0)
+        if self._ring is None:  # the reader's buffer outlives the batch's use
+            buf = b.data[lo:hi]
+        else:
+            buf = self._buffer(self._k, hi - lo)[:hi - lo]
+            buf[:] = b.data[lo:hi]
+            self._k = (self._k + 1) % len(self._ring)
+        y = torch.from_numpy(np.array(b.labels, dtype=np.int64))
+        t2 = time.perf_counter()
+        return Prepared(b.step, torch.from_numpy(buf), y, len(y), hi - lo, t0, t1, t2,
+                        t1 - t0, t2 - t1, float(getattr(b, "fetch_s", 0.0)))

@@ -37,7 +37,7 @@ import time
 
 import numpy as np
 
-from ..errors import HpcioError
+from ..errors import HpcioError, lookup
 from ..measure.probes import mem_available
 from .models import MODELS
 
@@ -201,8 +201,4 @@ def make_exchange(nbytes, via, world, said=None):
     so a node gone is one line for the job (the run directory, shared by the nodes)."""
     if nbytes is None or world.size == 1:
         return NoExchange()
-    try:
-        return TRANSPORTS[via](world, nbytes, said)
-    except KeyError:
-        raise HpcioError(f"unknown --exchange-via {via!r} (choose from "
-                         f"{', '.join(TRANSPORTS)})", everywhere=True)
+    return lookup(TRANSPORTS, via, "--exchange-via")(world, nbytes, said)

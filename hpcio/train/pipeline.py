@@ -42,11 +42,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..errors import HpcioError
+from ..errors import HpcioError, lookup
 from .decode import (DECODERS, MODES, decode_images, decode_records, element_type,
-                     raw_view, sample_shape)
+                     raw_view, sample_shape, unwrapper)
 
-__all__ = ["Pipeline", "Run", "Prepared", "BRIGHTNESS", "check_labels", "decode_records"]
+__all__ = ["Pipeline", "Loader", "Prepared", "BRIGHTNESS", "check_labels", "decode_records"]
 
 BRIGHTNESS = 32 / 255  # the study's random-brightness range: +-32/255 of full scale
 _LUMA = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)  # ITU-R 601, as Pillow's "L"
@@ -175,20 +175,23 @@ def _load(it, submit, q, permits, stop):
                     pass
 
 
-class Run:
-    """The iterator of one pass over a batch source (see :meth:`Pipeline.run`)."""
+class Loader:
+    """The iterator of one pass over a batch source (see :meth:`Pipeline.run`, and the
+    emulated model's :class:`hpcio.train.emulate.ReadOnly`): a loader thread asks
+    ``batches`` for batch j once the consumer has asked for batch j - ``prefetch``,
+    stamps the request (t0, t1) and queues ``submit(batch, t0, t1)``; ``next()`` returns
+    it in order (a :class:`_Pending` once its workers are done)."""
 
-    def __init__(self, pipe, batches, epoch=0):
+    def __init__(self, batches, submit, prefetch, name="hpcio-loader"):
         self._q = queue.SimpleQueue()
-        self._permits = threading.Semaphore(pipe.prefetch)
+        self._permits = threading.Semaphore(prefetch)
         self._stop = threading.Event()
         self._done = False
-        # the thread holds the pipeline, not this object: an abandoned run is collected
-        # and its __del__ stops the loader
+        # the thread holds ``submit`` (the pipeline), not this object: an abandoned run
+        # is collected and its __del__ stops the loader
         self._thread = threading.Thread(
-            target=_load, name="hpcio-loader", daemon=True,
-            args=(iter(batches), partial(pipe._submit, epoch=int(epoch)), self._q,
-                  self._permits, self._stop))
+            target=_load, name=name, daemon=True,
+            args=(iter(batches), submit, self._q, self._permits, self._stop))
         self._thread.start()
 
     def __iter__(self):
@@ -206,6 +209,8 @@ class Run:
         if isinstance(item, _Failure):
             self.close()
             raise item.exc
+        if not isinstance(item, _Pending):
+            return item
         try:
             return item.result()
         except BaseException:
@@ -215,7 +220,7 @@ class Run:
     def close(self, timeout=2.0):
         """Stop the loader and drop what it prepared. Returns without waiting more than
         ``timeout`` s: a loader blocked inside the reader ends (and closes the reader's
-        generator) once the reader returns."""
+        generator) once the reader returns. Returns whether the loader has ended."""
         self._done = True
         self._stop.set()
         self._permits.release()
@@ -228,6 +233,7 @@ class Run:
                 item.cancel()
         if timeout and self._thread is not threading.current_thread():
             self._thread.join(timeout)
+        return not self._thread.is_alive()
 
     @property
     def alive(self):
@@ -249,8 +255,9 @@ class Pipeline:
     """Reader batches -> :class:`Prepared` tensors of shape (N, *input_shape).
 
     ``manifest``: the dataset manifest (``encoding`` raw|png|jpeg, ``shape`` [H, W, C],
-    ``classes``; for raw records ``layout`` hwc|chw, ``dtype`` and ``scale``, the stored
-    value of a pixel value of 1); ``input_shape``: the model's (C, H, W). ``threads``
+    ``classes``; ``container`` where records hold the sample, a TFRecord's Example; for
+    raw records ``layout`` hwc|chw, ``dtype`` and ``scale``, the stored value of a pixel
+    value of 1); ``input_shape``: the model's (C, H, W). ``threads``
     workers (>= 1), ``prefetch`` batches of read-ahead (>= 0). ``augment``: random
     brightness (+- ``brightness``) and clip; ``seed``: its generator is seeded with
     (seed, epoch, step), so a step's deltas are reproducible (pass a rank-dependent seed
@@ -265,10 +272,9 @@ class Pipeline:
                  offline=False, seed=0, pin_memory=False, mean=0.5, std=0.5,
                  brightness=BRIGHTNESS, classes=None):
         enc = manifest.get("encoding")
-        if enc not in DECODERS:
-            raise HpcioError(f"unknown encoding {enc!r} (choose from {', '.join(DECODERS)})",
-                             everywhere=True)
+        lookup(DECODERS, enc, "encoding")
         self.encoding = enc
+        self.unwrap = unwrapper(manifest)  # records that hold the sample (TFRecord)
         self.src_shape = sample_shape(manifest.get("shape"))  # (H, W, C)
         self.layout = manifest.get("layout", "hwc")  # of raw records
         self.dtype = manifest.get("dtype", "uint8") if enc == "raw" else "uint8"
@@ -332,7 +338,7 @@ class Pipeline:
         ``close()`` (or leaving a ``with`` block) stops early without hanging."""
         if self._closed:
             raise RuntimeError("pipeline is closed")
-        r = Run(self, batches, epoch)
+        r = Loader(batches, partial(self._submit, epoch=int(epoch)), self.prefetch)
         self._runs.add(r)
         return r
 
@@ -364,8 +370,11 @@ class Pipeline:
         check_labels(b.labels, self.classes, b.step, b.ids)
         off = np.asarray(b.offsets, dtype=np.int64)
         start, end = (int(off[0]), int(off[-1])) if len(off) else (0, 0)
-        data = np.array(b.data[start:end], dtype=np.uint8, copy=True)
-        offsets = off - start
+        if self.unwrap is None:
+            data = np.array(b.data[start:end], dtype=np.uint8, copy=True)
+            offsets = off - start
+        else:  # the samples out of their records: a copy too
+            data, offsets = self.unwrap(np.asarray(b.data[start:end], np.uint8), off - start)
         ids = np.array(b.ids, dtype=np.int64, copy=True)
         y = torch.from_numpy(np.array(b.labels, dtype=np.int64, copy=True))
         x = torch.empty((n,) + self.input_shape, dtype=torch.float32,

@@ -8,7 +8,7 @@ the preprocessing pipeline, trains a real model (DDP; NCCL on GPUs, gloo on CPUs
 ``emulate`` model (a timed sleep, as DLIO and MLPerf Storage do, then an allreduce of a
 gradient-sized buffer: :mod:`hpcio.train.exchange`), and records per step how long it
 waited for its own data, for the other ranks, and why (:mod:`hpcio.measure.steps`).
-Results go to a run directory (:mod:`hpcio.measure.results`); rank 0 prints a table at
+Results go to a run directory (:mod:`hpcio.measure.rundir`); rank 0 prints a table at
 the end.
 
 Nothing measured is lost and no rank waits silently: every rank flushes its step arrays
@@ -37,16 +37,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..analysis.summary import format_table, summarize
+from ..explain.summary import run_summary
 from ..cache import cache_state, describe, warm_nodes_line
 from ..data.dataset import NO_CRC, open_dataset
 from ..errors import HpcioError, report_to
+from ..fsutil import jsonable
 from ..measure import darshan
 from ..measure.probes import counters, delta, os_view, rss_bytes
-from ..measure.results import (Flusher, RunDir, capture_env, check_space, default_name,
-                               results_bytes)
+from ..measure.provenance import provenance
+from ..measure.rundir import (Flusher, RunDir, capture_env, check_space, default_name,
+                               gather_hosts, results_bytes)
 from ..measure.sampler import Sampler
 from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
+from ..measure.trace import TraceWriter
 from ..mpiutil import finalize, idle_barrier, on_root
 from ..plan import make_plan
 from ..progress import Progress
@@ -56,11 +59,12 @@ from .dist import check_dist, init_world, make_dist, pick_device
 from .emulate import SPEC, ComputeTime, EmulatedModel, ReadOnly
 from .exchange import NoExchange, check_fits, exchange_size, make_exchange
 from .models import make_model
+from ..workloads import FORMATS as FORMATS_OF_WORKLOAD
 from .options import parse_args, reader_options
 from .pipeline import Pipeline
 from .stop import StopFlag, StopVote, Watchdog, signal_exit, signal_name
 
-__all__ = ["main", "setup", "train", "write_results", "Run", "Step", "torch_threads"]
+__all__ = ["main", "setup", "train", "write_results", "Training", "Step", "torch_threads"]
 
 _now = time.perf_counter
 # GIL hand-over interval (Python default 5 ms): the training thread must get the GIL
@@ -177,6 +181,22 @@ def _trace_into(run_dir, ds, world):
     return lib
 
 
+def _open_trace(args, world, out):
+    """Every rank claims its trace file (on the training thread: its id is the events'
+    tid); one that cannot ends the job with one line, the lowest rank's (collective)."""
+    trace, err = None, None
+    try:
+        trace = TraceWriter.open(out.trace_file(world.rank, args.trace_dir, args.trace_gzip),
+                                 gz=args.trace_gzip)
+    except HpcioError as e:
+        err = str(e)
+    errs = world.comm.allgather(err) if world.comm is not None else [err]
+    first = next((e for e in errs if e), None)
+    if first:
+        raise HpcioError(first, everywhere=True)
+    return trace
+
+
 def _check_space(args, world, model, out, steps_per_epoch):
     """Rank 0, before anything is written: room for the results and the checkpoints."""
     steps = args.epochs * steps_per_epoch
@@ -201,20 +221,13 @@ def _progress(args, world, total):
 
 
 def _jsonable(v):
-    if isinstance(v, dict):
-        return {str(k): _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, np.generic):
-        return v.item()
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    return str(v)
+    """``v`` for config.yaml and the rank and env JSON: what JSON cannot hold as its text."""
+    return jsonable(v, other=str)
 
 
 @dataclass
-class Run:
-    """What one run has set up: the job, the data, the model and where results go."""
+class Training:
+    """What one training run has set up: the job, the data, the model and where results go."""
 
     args: object
     world: object
@@ -237,6 +250,7 @@ class Run:
     env: dict = None  # rank 0's env.json, rewritten once the cache state is known per node
     exchange: object = field(default_factory=NoExchange)
     exchange_info: dict = field(default_factory=dict)
+    trace: TraceWriter = None  # --trace: this rank's DFTracer trace
 
 
 @dataclass
@@ -276,6 +290,7 @@ def setup(args):
     check_dist(dist_name, world)
     ds = open_dataset(args.data, world.comm)
     check_dataset(args.reader, ds, reader_options(args))
+    _check_workload(args.workload_info, ds, world.rank)
     if world.rank == 0 and ds.index.crc is None and \
             reader_options(args)["verify"] == "records":
         print(NO_CRC.format(root=ds.root), file=sys.stderr, flush=True)
@@ -284,7 +299,8 @@ def setup(args):
     exchange_info = _exchange_plan(args, ds, world, dist_name)
     input_shape = _input_shape(args, ds, spec)
     plan0 = make_plan(ds.records, world.size, world.rank, args.batch, epoch=0,
-                      seed=args.seed, shuffle=args.shuffle, drop_last=args.drop_last)
+                      seed=args.seed, shuffle=args.shuffle, drop_last=args.drop_last,
+                      block=args.block, window=args.window)
     steps_per_epoch = min(plan0.steps, args.steps or plan0.steps)
     classes = ds.classes if ds.classes is not None else getattr(spec, "classes", None)
     if args.preprocess == "on":
@@ -305,7 +321,8 @@ def setup(args):
     out = RunDir.create(out_path, world.comm)
     report_to(out.path)  # tracebacks of unexpected errors go into the run directory
     traced = _trace_into(out.path, ds, world)
-    ckpt_dir = ckpt_dir or os.path.join(out.path, "checkpoints")
+    trace = _open_trace(args, world, out) if args.trace else None
+    ckpt_dir = ckpt_dir or out.file(RunDir.CHECKPOINTS)
     if args.checkpoint_every:
         on_root(world.comm, lambda: claim_checkpoint_dir(ckpt_dir))
     ropts = reader_options(args)
@@ -317,7 +334,7 @@ def setup(args):
     wd.mark("the gradient exchange's set-up (collectives)")
     dist = make_dist(dist_name, world, device)
     exchange = make_exchange(exchange_info["bytes"], exchange_info["via"], world,
-                             said=os.path.join(out.path, ".lost-peer-said"))
+                             said=out.file(RunDir.LOST_PEER_SAID))
     model = model.to(device)
     wd.mark("the optimiser's set-up (its first use imports torch's compiler, seconds)")
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
@@ -326,14 +343,20 @@ def setup(args):
     step_fn = EmulatedStep(model) if args.model == "emulate" else Step(model, optimizer,
                                                                       device)
     wd.mark("the environment's capture (a collective)")
-    env = capture_env(world, ds.root, args.cache, ropts, device)
+    gathered = gather_hosts(world)
+    env = capture_env(world, ds.root, args.cache, ropts, device, gathered=gathered)
     if world.rank == 0 and traced:
         env["darshan"] = dict(darshan.info(traced), log=os.environ["DARSHAN_LOGFILE"])
-    config = {k: v for k, v in vars(args).items() if k not in ("hint",)}
+    config = {k: v for k, v in vars(args).items() if k not in ("hint", "workload_info")}
+    if args.workload_info:
+        config["workload_unmodelled"] = list(args.workload_info.unmodelled)
     config.update({
         "ranks": world.size, "nodes": world.nodes, "run_dir": out.path,
-        "dataset": {k: ds.manifest.get(k) for k in ("format", "encoding", "shape",
-                                                    "dtype", "classes", "records")},
+        "dataset": dict({k: ds.manifest.get(k) for k in ("format", "encoding", "shape",
+                                                         "dtype", "classes", "records")},
+                        shards=len(ds.index.files),
+                        record_bytes={"min": int(ds.index.length.min()),
+                                      "max": int(ds.index.length.max())}),
         "dataset_bytes": ds.nbytes(),
         "steps_per_epoch": steps_per_epoch, "plan_steps_per_epoch": plan0.steps,
         "input_shape": list(input_shape), "num_classes": classes,
@@ -342,11 +365,13 @@ def setup(args):
         "checkpoint_dir": ckpt_dir, "reader_options": ropts, "exchange": exchange_info,
     })
     if world.rank == 0:
-        out.yaml("config.yaml", _jsonable(config))
-        out.json("env.json", env)
-    return Run(args, world, device, ds, model, optimizer, dist, step_fn, pipe, out, ropts,
+        config = _jsonable(config)
+        out.write_config(config)
+        out.write_env(env)
+        out.write_provenance(provenance(env, config, gathered))
+    return Training(args, world, device, ds, model, optimizer, dist, step_fn, pipe, out, ropts,
                reopen, steps_per_epoch, threads, ckpt_dir, _fault(), t_begin, wd, env,
-               exchange, exchange_info)
+               exchange, exchange_info, trace)
 
 
 
@@ -391,6 +416,9 @@ def train(run):
                 StopFlag(), origin_unix=origin_unix)
     t.flusher = Flusher(lambda: _flush(run, t), args.flush_interval,
                         label=f"hpcio.train: rank {world.rank}")
+    if run.trace is not None:
+        run.trace.start(origin_unix, world.hostname, world.rank, world.size,
+                        run_dir=run.out.path, clock_offset_s=world.clock_offset_s)
     t.sampler.start()
     t.flusher.start()
     vote = StopVote(world.comm)
@@ -399,8 +427,8 @@ def train(run):
 
     def plan_of(epoch):
         return make_plan(run.ds.records, world.size, world.rank, args.batch, epoch=epoch,
-                         seed=args.seed, shuffle=args.shuffle,
-                         drop_last=args.drop_last).head(args.steps)
+                         seed=args.seed, shuffle=args.shuffle, drop_last=args.drop_last,
+                         block=args.block, window=args.window).head(args.steps)
     try:
         for epoch in range(args.epochs):
             wd.mark(WAIT_VOTE)
@@ -516,12 +544,14 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
 
 
 def _flush(run, t):
-    """The flusher's write: this rank's files as they stand, marked partial; nothing if
-    nothing was added since the last one."""
+    """The flusher's write: this rank's files as they stand, marked partial, and the
+    trace's new events; nothing if nothing was added since the last one."""
     now = (t.log.n, len(t.epochs), len(t.checkpoints))
     if now != t.flushed:
         _write_rank(run, t, partial=True)
         t.flushed = now
+    if run.trace is not None:
+        run.trace.write(t.log, len(t.epochs))
 
 
 def _write_rank(run, t, partial):
@@ -533,10 +563,9 @@ def _write_rank(run, t, partial):
     n = len(arrays["wall"])
     arrays["loss"] = t.losses[:n].copy()
     rsum = rank_summary(arrays)
-    run.out.npz(f"rank-{world.rank}.npz", arrays)
     totals = dict(t.read_totals)
     stats = {k: v for k, v in t.reader_stats.items() if k not in totals}
-    run.out.json(f"rank-{world.rank}.json", {
+    run.out.write_rank(world.rank, arrays, {
         "rank": world.rank, "partial": partial, "steps_flushed": n,
         "host": world.hostname, "local_rank": world.local_rank,
         "node": world.node, "device": str(run.device), "torch_threads": run.threads,
@@ -560,6 +589,8 @@ def write_results(run, t):
     world, wd = run.world, run.watchdog
     wd.mark(WAIT_WRITE)
     rsum = _write_rank(run, t, partial=False)
+    if run.trace is not None:
+        run.trace.close(t.log)
     wd.mark(WAIT_GATHER)
     gathered = world.comm.gather((rsum, t.checkpoints, t.sampler.disk_read_end -
                                   t.sampler.disk_read_start, world.local_rank,
@@ -604,6 +635,21 @@ def main(argv=None):
     return code
 
 
+def _check_workload(workload, ds, rank):
+    """The data are the workload's format (one line naming the command that makes them),
+    and rank 0 says in one line what of the workload hpcio does not model."""
+    if workload is None:
+        return
+    fmt = FORMATS_OF_WORKLOAD[workload.format][0]
+    if ds.format != fmt:
+        raise HpcioError(f"workload {workload.name} reads {fmt} data; {ds.root} is "
+                         f"{ds.format} (make its data with 'python -m hpcio.datagen generate "
+                         f"DIR --workload {workload.name}')", everywhere=True)
+    line = workload.unmodelled_line("hpcio.train")
+    if rank == 0 and line:
+        print(line, file=sys.stderr, flush=True)
+
+
 def _record_cache(run, cache):
     """Rank 0: env.json gets the first epoch's cache state per node (host, resident after);
     a cold start that left a node warm is said at once, in one line."""
@@ -611,7 +657,7 @@ def _record_cache(run, cache):
     if "warm_nodes" in per:
         per["cold_everywhere"] = not per["warm_nodes"]
     run.env["cache"] = _jsonable(per)
-    run.out.json("env.json", run.env)
+    run.out.write_env(run.env)
     line = warm_nodes_line(cache)
     if line:
         print(f"hpcio.train: {line}", file=sys.stderr, flush=True)
@@ -630,11 +676,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
     ckpts = [c for g in gathered for c in g[1]]
     # node-wide disk counters: count one rank per node (local rank 0)
     disk = sum(g[2] for g in gathered if g[3] == 0)
-    if any(r["steps"] == 0 for r in per_rank):
-        figures = None
-    else:
-        figures = summarize(per_rank)
-    summary = {
+    head = {
         "cut_short": bool(cut),
         "verify": verify,
         "signal": signum,
@@ -649,7 +691,11 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
                          "as MLPerf Storage does, au_percent_all_steps counts every step; "
                          "samples/s and MiB/s count every step",
         "exchange": exchange,
-        "metrics": figures,
+        "workload": args.workload,
+        "au_threshold_percent": (None if args.au_threshold is None
+                                 else 100.0 * args.au_threshold),
+    }
+    tail = {
         "cache": epochs[0]["cache"] if epochs else None,
         "disk_read_bytes": disk,
         "checkpoints": {"count": len(ckpts),
@@ -664,10 +710,8 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
              f"epoch(s) x {steps_per_epoch} steps, verify {verify}"
              + ("  [UNVERIFIED: bytes delivered not checked]" if verify == "off" else "")
              + (f"  [CUT SHORT by {signal_name(signum) or 'signal'}]" if cut else ""))
-    if figures is None:
-        text = title + "\n  no step completed"
-    else:
-        text = format_table(figures, title)
+    summary, text = run_summary(
+        head, None if any(r["steps"] == 0 for r in per_rank) else per_rank, title, tail)
     if args.cache == "cold" and epochs:
         text += f"\n  {describe(epochs[0]['cache'])}"
         warm = warm_nodes_line(epochs[0]["cache"])
@@ -679,8 +723,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         text += (f"\n  checkpoints: {len(ckpts)}, {summary['checkpoints']['seconds']:.3f} s, "
                  f"{summary['checkpoints']['mib_per_s_mean']:.1f} MiB/s mean")
     text += f"\n  results: {run.path}\n"
-    run.json("summary.json", summary)
-    run.text("summary.txt", text)
+    run.write_summary(summary, text)
     print(text, end="", flush=True)
     if cut:  # on stderr, where a sweep reads why a run ended
         print(f"hpcio.train: cut short by {signal_name(signum) or 'a signal'} after "

@@ -1,9 +1,9 @@
-"""Small real datasets for tests, made with :func:`hpcio.data.write.generate`."""
+"""Small real datasets for tests, made with :func:`hpcio.datagen.write.generate`."""
 
 import os
 
 from hpcio.data.dataset import is_dataset, open_dataset
-from hpcio.data.write import generate
+from hpcio.datagen.write import generate
 from hpcio.formats import FORMATS
 from hpcio.data.pictures import ENCODINGS
 

@@ -5,7 +5,7 @@ import shutil
 import subprocess
 import sys
 
-__all__ = ["mpiexec", "run_mpi", "run_py", "INIT_FLAKE", "once_more"]
+__all__ = ["mpiexec", "run_mpi", "run_py", "INIT_FLAKE", "once_more", "slurm_up"]
 
 # The mpich wheel's UCX netmod now and then fails MPI_Init's address exchange ("failed to
 # unpack address, invalid bandwidth 0.00", "Message from rank 1 and tag 7 truncated"): about
@@ -52,3 +52,18 @@ def run_py(args, timeout=180, check=False, env=None, cwd=None):
         raise AssertionError(f"python {args} exited {p.returncode}\n"
                              f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
     return p
+
+
+def slurm_up():
+    """None where ``srun`` reaches a controller with an idle node, else why not."""
+    if not shutil.which("srun") or not shutil.which("sinfo"):
+        return "srun not installed"
+    try:
+        p = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
+                           timeout=10)
+    except subprocess.TimeoutExpired:
+        return "slurmctld does not answer"
+    states = p.stdout.split()
+    if p.returncode or not any(s.startswith(("idle", "mix")) for s in states):
+        return f"no idle Slurm node ({p.stdout.strip() or p.stderr.strip()})"
+    return None

@@ -80,6 +80,11 @@ class Job:
             assert time.monotonic() < deadline, f"no {path} after {timeout} s"
             time.sleep(0.1)
 
+    @property
+    def returncode(self):
+        """The job's exit code (None while it runs)."""
+        return self.p.returncode
+
     def finish(self, timeout=60):
         """Wait for the job; returns its exit code (stdout/stderr kept)."""
         self.stdout, self.stderr = self.p.communicate(timeout=timeout)

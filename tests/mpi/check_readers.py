@@ -22,7 +22,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcio.data.dataset import compressed_records, open_dataset
-from hpcio.data.write import Synthetic
+from hpcio.datagen.write import Synthetic
 from hpcio.errors import HpcioError, guard
 from hpcio.plan import epoch_order, make_plan
 from hpcio.readers import make_reader

@@ -10,7 +10,7 @@ trainer.
 from dataclasses import dataclass
 from typing import Callable, Tuple
 
-from ...errors import HpcioError
+from ...errors import HpcioError, lookup
 from .caffenet import CaffeNet
 from .cifar_quick import CifarQuick
 from .lenet import LeNet
@@ -47,10 +47,7 @@ def count_params(module):
 def make_model(name, num_classes=None):
     """Build model ``name`` with ``num_classes`` outputs (default: the spec's); returns
     ``(module, spec)``. Unknown names and bad class counts raise :class:`HpcioError`."""
-    spec = MODELS.get(name)
-    if spec is None:
-        raise HpcioError(f"unknown model {name!r} (choose from: {', '.join(MODELS)})",
-                         everywhere=True)
+    spec = lookup(MODELS, name, "model")
     if num_classes is None:
         num_classes = spec.classes
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:

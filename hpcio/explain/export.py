@@ -1,0 +1,286 @@
+"""One row per run, named as MLPerf Storage's report and DLIO's summary.json name them, for
+``python -m hpcio.results export``: so hpcio's runs sit in the same sheets as theirs.
+
+Every figure is read from the run's own files, never recomputed: the measured ones from
+``summary.json`` (:mod:`hpcio.explain.summary`), the settings from ``config.yaml``, the
+machine and the workload hash from ``provenance.json``. ``COLUMNS`` defines each column.
+
+Names and where they differ from DLIO's (``dlio_benchmark/utils/statscounter.py``):
+``train_au_mean_percentage`` is hpcio's ``au_percent`` (compute / wall per rank, each
+epoch's first step left out as MLPerf Storage does, mean over ranks, over all epochs; DLIO
+averages per-epoch values); ``train_io_mean_MB_per_second`` is MiB/s of record bytes
+delivered (DLIO's is samples/s x record length / 2**20: MiB/s too, despite the name).
+
+``rules``: the MLPerf Storage (v2.0 submission guidelines) rules hpcio can check from a
+run; ``RULES`` lists them. "pass", or "fail: " and the reasons. Not checked, because a run
+does not show them: the seed changing between runs, stable storage, the data loader being
+MLPerf's own. ``category`` is mlpstorage's verdict: "open" when every checked rule holds,
+else "invalid"; never "closed", which needs MLPerf's own benchmark code (DLIO) and
+workload configurations: hpcio's readers and formats are OPEN-division changes at best.
+"""
+
+import csv
+import io
+import json
+import os
+
+from ..errors import HpcioError
+from ..fsutil import atomic_write, jsonable
+from ..measure import schema
+from ..measure.rundir import RunDir
+
+__all__ = ["COLUMNS", "RULES", "AU_THRESHOLD", "REPEATS", "run_row", "export_rows",
+           "write_rows", "output_format", "csv_cell", "from_csv", "FORMATS"]
+
+AU_THRESHOLD = 90.0  # % (MLPerf Storage: 3D U-Net and ResNet-50 90, CosmoFlow 70)
+REPEATS = 6  # a warm-up run + 5 measured runs (guidelines 6.6, 3: "benchmark result")
+MEMORY_MULTIPLE = 5  # dataset >= 5 x the sum of the hosts' memory (guidelines 6.6, 7)
+MIN_STEPS = 500  # steps per epoch at least (guidelines 7)
+
+# name, type, definition (source: file and field)
+COLUMNS = [
+    ("run_dir", str, "the run directory (absolute path)"),
+    ("benchmark_type", str, "always 'training' (mlpstorage's benchmark type)"),
+    ("model", str, "config.yaml model (emulate: a timed sleep, as DLIO's)"),
+    ("workload", str, "config.yaml workload: the DLIO workload config run (--workload)"),
+    ("workload_hash", str, "provenance.json workload_hash: sha256 of the workload's "
+                           "settings (hpcio.measure.provenance.WORKLOAD_KEYS)"),
+    ("num_accelerators", int, "summary.json ranks (DLIO's name: one rank per accelerator)"),
+    ("num_hosts", int, "summary.json nodes"),
+    ("epochs", int, "summary.json epochs_run"),
+    ("batch_size", int, "summary.json batch (per rank)"),
+    ("steps_per_epoch", int, "summary.json steps_per_epoch (per rank)"),
+    ("train_au_mean_percentage", float, "summary.json metrics.au_percent: AU %, each "
+                                        "epoch's first step left out"),
+    ("train_au_percentage", list, "summary.json metrics.per_epoch[].au_percent, per epoch"),
+    ("au_threshold_percent", float, "the AU a run must keep: export's --au-threshold, else "
+                                    "the run's own (summary.json au_threshold_percent: its "
+                                    "workload's), else 90"),
+    ("train_au_meet_expectation", str, "'success' when train_au_mean_percentage >= "
+                                       "au_threshold_percent, else 'fail'"),
+    ("train_throughput_mean_samples_per_second", float,
+     "summary.json metrics.samples_per_s: records / wall summed over ranks, every step"),
+    ("train_io_mean_MB_per_second", float, "summary.json metrics.mib_per_s: MiB of record "
+                                           "bytes / wall summed over ranks, every step"),
+    ("host_memory_GB", list, "provenance.json hosts[].mem_total_bytes / 2**30, per host"),
+    ("dataset_bytes", int, "config.yaml dataset_bytes: the records' bytes"),
+    ("reader", str, "config.yaml reader"),
+    ("format", str, "config.yaml dataset.format"),
+    ("cache", str, "config.yaml cache (cold, warm, asis)"),
+    ("au_percent_all_steps", float, "summary.json metrics.au_percent_all_steps: AU % over "
+                                    "every step"),
+    ("stall_percent", float, "summary.json metrics.stall_percent: own wait for data, % of "
+                             "wall"),
+    ("fetch_percent", float, "summary.json metrics.fetch_percent"),
+    ("epoch_s_mean", float, "summary.json metrics.epoch_s_mean: an epoch's wall, slowest "
+                            "rank, mean over epochs"),
+    ("cut_short", bool, "summary.json cut_short (or no summary.json: true)"),
+    ("data_fs_type", str, "provenance.json data_fs_type"),
+    ("hpcio_version", str, "provenance.json hpcio_version"),
+    ("git_commit", str, "provenance.json git.commit (hpcio's checkout), empty if none"),
+    ("git_dirty", bool, "provenance.json git.dirty: uncommitted changes to tracked files"),
+    ("category", str, "'open' if every checked rule holds, else 'invalid' (never 'closed')"),
+    ("rules", str, "'pass', or 'fail: ' and each failed rule's reason ('; ' between)"),
+]
+NAMES = [c[0] for c in COLUMNS]
+_TYPES = {c[0]: c[1] for c in COLUMNS}
+
+RULES = [  # name, what (MLPerf Storage v2.0 submission guidelines)
+    ("complete", "the run finished every epoch it was asked for and wrote its summary"),
+    ("au", "AU (first step of each epoch left out) at or above the threshold (section 4)"),
+    ("dataset_size", f"dataset at least {MEMORY_MULTIPLE}x the sum of the hosts' memory "
+                     f"(6.6, 7)"),
+    ("steps", f"at least {MIN_STEPS} steps per epoch (7)"),
+    ("ranks_per_host", "every host runs the same number of ranks (9)"),
+    ("no_cache", "not run with --cache warm (6.6: training data not cached on the hosts)"),
+    ("repeats", f"the export holds at least {REPEATS} runs of this workload (same "
+                f"workload_hash): a warm-up and 5 measured runs (6.6, 3)"),
+]
+
+
+def _read(reader, path, problems):
+    """A file of the run through its RunDir reader, or None; why, and the fields left
+    out, in ``problems``."""
+    try:
+        value, gaps = reader()
+        if gaps:
+            problems.append(schema.gap_line(path, gaps))
+        return value
+    except FileNotFoundError:
+        return None
+    except schema.Invalid as e:
+        problems.append(str(e))
+        return None
+
+
+def run_row(path, threshold=None):
+    """(row, broken, problems) of the run directory ``path``: the row has every column but
+    ``category`` and ``rules``, which need the other rows (:func:`export_rows`); broken:
+    the reasons it breaks rules; problems: one line per file that could not be used."""
+    run = RunDir(os.path.abspath(path))
+    try:
+        config, _ = run.config()
+    except FileNotFoundError:
+        raise HpcioError(f"{run.path}: not a run directory (no {RunDir.CONFIG})") from None
+    problems = []
+    summary = _read(run.summary, run.summary_file, problems) or {}
+    prov = _read(run.provenance, run.provenance_file, problems) or {}
+    m = summary.get("metrics") or {}
+    hosts = prov.get("hosts")
+    git = prov.get("git") or {}
+    au = m.get("au_percent")
+    if threshold is None:
+        threshold = summary.get("au_threshold_percent") or AU_THRESHOLD
+    row = {
+        "run_dir": run.path, "benchmark_type": "training", "model": config.get("model"),
+        "workload": config.get("workload"), "au_threshold_percent": threshold,
+        "workload_hash": prov.get("workload_hash"),
+        "num_accelerators": summary.get("ranks"), "num_hosts": summary.get("nodes"),
+        "epochs": summary.get("epochs_run"), "batch_size": summary.get("batch"),
+        "steps_per_epoch": summary.get("steps_per_epoch"),
+        "train_au_mean_percentage": au,
+        "train_au_percentage": [e["au_percent"] for e in m["per_epoch"]]
+        if "per_epoch" in m else None,
+        "train_au_meet_expectation": None if au is None else
+        ("success" if au >= threshold else "fail"),
+        "train_throughput_mean_samples_per_second": m.get("samples_per_s"),
+        "train_io_mean_MB_per_second": m.get("mib_per_s"),
+        "host_memory_GB": [None if h["mem_total_bytes"] is None else
+                           h["mem_total_bytes"] / 2 ** 30 for h in hosts]
+        if hosts is not None else None,
+        "dataset_bytes": config.get("dataset_bytes"), "reader": config.get("reader"),
+        "format": (config.get("dataset") or {}).get("format"), "cache": config.get("cache"),
+        "au_percent_all_steps": m.get("au_percent_all_steps"),
+        "stall_percent": m.get("stall_percent"), "fetch_percent": m.get("fetch_percent"),
+        "epoch_s_mean": m.get("epoch_s_mean"),
+        "cut_short": bool(summary.get("cut_short", True)),
+        "data_fs_type": prov.get("data_fs_type"),
+        "hpcio_version": prov.get("hpcio_version"), "git_commit": git.get("commit"),
+        "git_dirty": git.get("dirty"),
+    }
+    return row, _broken(row, summary, config, hosts, threshold), problems
+
+
+def _broken(row, summary, config, hosts, threshold):
+    """The reasons this run alone breaks a rule of ``RULES`` (repeats aside)."""
+    out = []
+    if not summary:
+        out.append("complete: no usable summary.json (the run did not finish)")
+    elif summary.get("source"):
+        out.append("complete: the run wrote no summary; hpcio.results summarize made it "
+                   "from the ranks' flushed files")
+    elif summary.get("cut_short") or \
+            summary.get("epochs_run") != summary.get("epochs_requested"):
+        out.append(f"complete: {summary.get('epochs_run')} of "
+                   f"{summary.get('epochs_requested')} epochs"
+                   + (", cut short" if summary.get("cut_short") else ""))
+    au = row["train_au_mean_percentage"]
+    if au is None:
+        out.append("au: no AU in the summary")
+    elif au < threshold:
+        out.append(f"au: {au:.2f}% < {threshold:g}%")
+    mem = [h["mem_total_bytes"] for h in hosts or []]
+    size = config.get("dataset_bytes")
+    if not mem or None in mem:
+        out.append("dataset_size: the hosts' memory is unknown (no usable provenance.json)")
+    elif size is None or size < MEMORY_MULTIPLE * sum(mem):
+        out.append(f"dataset_size: {size or 0:,} B < {MEMORY_MULTIPLE} x {sum(mem):,} B "
+                   f"of host memory")
+    steps = row["steps_per_epoch"]
+    if steps is None or steps < MIN_STEPS:
+        out.append(f"steps: {steps} steps per epoch < {MIN_STEPS}")
+    per_host = {h["ranks"] for h in hosts or []}
+    if len(per_host) > 1:
+        out.append(f"ranks_per_host: hosts run {sorted(per_host)} ranks")
+    if config.get("cache") == "warm":
+        out.append("no_cache: run with --cache warm")
+    return out
+
+
+def export_rows(runs, threshold=None):
+    """The rows of the run directories ``runs`` (in order), with ``category`` and
+    ``rules``; the one-line problems of files that could not be used go with them."""
+    rows, problems, broken = [], [], []
+    for path in runs:
+        row, why, bad = run_row(path, threshold)
+        rows.append(row)
+        broken.append(why)
+        problems += bad
+    count = {}
+    for row in rows:
+        count[row["workload_hash"]] = count.get(row["workload_hash"], 0) + 1
+    for row, why in zip(rows, broken):
+        n = count[row["workload_hash"]]
+        if not row["workload_hash"]:
+            why.append("repeats: no workload_hash (no provenance.json) to group runs by")
+        elif n < REPEATS:
+            why.append(f"repeats: {n} run(s) of this workload here, not a warm-up + 5")
+        row["category"] = "invalid" if why else "open"
+        row["rules"] = "fail: " + "; ".join(why) if why else "pass"
+    return rows, problems
+
+
+def csv_cell(v):
+    """A value as its CSV text: empty for null, true/false, JSON for a list."""
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list):
+        return json.dumps(v)
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+def from_csv(text):
+    """The rows of an exported CSV, each cell back to its column's type."""
+    out = []
+    for r in csv.DictReader(io.StringIO(text)):
+        row = {}
+        for k, v in r.items():
+            kind = _TYPES.get(k, str)
+            if v == "":
+                row[k] = None
+            elif kind is bool:
+                row[k] = v == "true"
+            elif kind is list:
+                row[k] = json.loads(v)
+            else:
+                row[k] = kind(v)
+        out.append(row)
+    return out
+
+
+def _csv(rows):
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(NAMES)
+    for row in rows:
+        w.writerow([csv_cell(row.get(k)) for k in NAMES])
+    return buf.getvalue().encode()
+
+
+def _json(rows):
+    return (json.dumps(jsonable([{k: r.get(k) for k in NAMES} for r in rows], finite=True),
+                       indent=2) + "\n").encode()
+
+
+FORMATS = {".json": _json, ".csv": _csv}
+
+
+def output_format(path):
+    """The writer for ``path``'s extension (``FORMATS``); an error for any other."""
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in FORMATS:
+        raise HpcioError(f"-o {path}: unknown extension {ext or '(none)'!r}; give "
+                         f"{' or '.join(FORMATS)}")
+    return FORMATS[ext]
+
+
+def write_rows(rows, path):
+    """``rows`` into ``path`` (atomically) as JSON (a list of rows) or CSV, by its
+    extension."""
+    data = output_format(path)(rows)
+    try:
+        atomic_write(path, lambda f: f.write(data))
+    except OSError as e:
+        raise HpcioError(f"-o {path}: {e.strerror}") from None

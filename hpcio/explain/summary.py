@@ -1,0 +1,175 @@
+"""The run's figures from every rank's totals, and the tables that print them.
+
+Definitions of every figure: :mod:`hpcio.measure.steps`.
+"""
+
+import numpy as np
+
+__all__ = ["summarize", "format_table", "run_summary", "side_by_side", "SIDE_BY_SIDE_ROWS"]
+
+
+def summarize(per_rank):
+    """The run's figures from every rank's :func:`hpcio.measure.steps.rank_summary` (see
+    :mod:`hpcio.measure.steps` for the definitions)."""
+    ranks = len(per_rank)
+    every = [r["all"] for r in per_rank]
+    wall = sum(m["wall"] for m in every)
+    pct = (lambda x: 100.0 * x / wall) if wall else (lambda x: 0.0)
+    au = np.array([r["au"] for r in per_rank])
+    au_all = np.array([r["au_all_steps"] for r in per_rank])
+    et = np.array([r["epoch_time"] for r in per_rank])
+    stall = sum(m["fetch"] + m["prep"] + m["stall_other"] for m in every)
+    nep = min(len(r["epochs"]) for r in per_rank)
+    waits = np.array([[r["epochs"][e]["first_step_wait"] for r in per_rank]
+                      for e in range(nep)], dtype=float).reshape(nep, ranks)
+    seen = ~np.isnan(waits)
+    s = {
+        "ranks": ranks,
+        "steps_per_rank": per_rank[0]["steps"],
+        "steps_measured_per_rank": per_rank[0]["steps_measured"],
+        "au_excludes_first_step": all(r["au_excludes_first_step"] for r in per_rank),
+        "au_percent": 100.0 * float(au.mean()),
+        "au_percent_min": 100.0 * float(au.min()),
+        "au_percent_max": 100.0 * float(au.max()),
+        "au_percent_all_steps": 100.0 * float(au_all.mean()),
+        "au_percent_all_steps_min": 100.0 * float(au_all.min()),
+        "au_percent_all_steps_max": 100.0 * float(au_all.max()),
+        "first_step_wait_s_mean": float(waits[seen].mean()) if seen.any() else None,
+        "first_step_wait_s_max": float(waits[seen].max()) if seen.any() else None,
+        "samples_per_s": sum(m["records"] / m["wall"] for m in every if m["wall"]),
+        "mib_per_s": sum(m["nbytes"] / m["wall"] for m in every if m["wall"]) / 2 ** 20,
+        "stall_percent": pct(stall),
+        "fetch_percent": pct(sum(m["fetch"] for m in every)),
+        "prep_percent": pct(sum(m["prep"] for m in every)),
+        "stall_other_percent": pct(sum(m["stall_other"] for m in every)),
+        "straggler_wait_percent": pct(sum(m.get("straggler_wait", 0.0) for m in every)),
+        "exchange_percent": pct(sum(m.get("exchange", 0.0) for m in every)),
+        "first_bucket_wait_s_mean": (sum(m.get("first_bucket_wait", 0.0) for m in every)
+                                     / max(1, sum(r["steps"] for r in per_rank))),
+        "h2d_percent": pct(sum(m["h2d"] for m in every)),
+        "compute_percent": pct(sum(m["compute"] for m in every)),
+        "ckpt_percent": pct(sum(m["ckpt"] for m in every)),
+        "other_percent": pct(sum(m["other"] for m in every)),
+        "records": sum(m["records"] for m in every),
+        "bytes": sum(m["nbytes"] for m in every),
+        "epoch_time_s_slowest": float(et.max()),
+        "epoch_time_s_fastest": float(et.min()),
+        "slowest_rank": int(et.argmax()),
+        "fastest_rank": int(et.argmin()),
+        "slowest_over_fastest": float(et.max() / et.min()) if et.min() > 0 else None,
+        "epoch_time_s_per_rank": et.tolist(),
+        "au_percent_per_rank": (100.0 * au).tolist(),
+        "au_percent_all_steps_per_rank": (100.0 * au_all).tolist(),
+    }
+    s["per_epoch"] = []
+    for e in range(nep):
+        eps = [r["epochs"][e] for r in per_rank]
+        w = waits[e][seen[e]]
+        s["per_epoch"].append({
+            "epoch": eps[0]["epoch"],
+            "au_percent": 100.0 * float(np.mean([x["au"] for x in eps])),
+            "au_percent_all_steps": 100.0 * float(np.mean([x["au_all_steps"] for x in eps])),
+            "first_step_wait_s_mean": float(w.mean()) if len(w) else None,
+            "first_step_wait_s_max": float(w.max()) if len(w) else None,
+            "wall_s_slowest": max(x["wall"] for x in eps),
+            "wall_s_fastest": min(x["wall"] for x in eps),
+            "records": sum(x["records"] for x in eps)})
+    walls = [e["wall_s_slowest"] for e in s["per_epoch"]]
+    s["epoch_s_mean"] = float(np.mean(walls)) if walls else None  # one epoch, not the run
+    return s
+
+
+def format_table(s, title=""):
+    """The end-of-run table rank 0 prints (and saves as summary.txt)."""
+    first = ("first step of each epoch excluded" if s["au_excludes_first_step"]
+             else "all steps: epochs of one step")
+    ratio = s["slowest_over_fastest"]
+    lines = [title] if title else []
+    wait = s.get("first_step_wait_s_mean")
+    rows = [
+        ("samples/s (every step)", f"{s['samples_per_s']:.1f}"),
+        ("MiB/s (every step)", f"{s['mib_per_s']:.2f}"),
+        ("AU % (every step)", f"{s['au_percent_all_steps']:.1f}  (ranks "
+                              f"{s['au_percent_all_steps_min']:.1f}"
+                              f"-{s['au_percent_all_steps_max']:.1f})"),
+        ("AU % (MLPerf Storage rule)", f"{s['au_percent']:.1f}  (ranks "
+                                       f"{s['au_percent_min']:.1f}-{s['au_percent_max']:.1f};"
+                                       f" {first}: {s['steps_measured_per_rank']} of "
+                                       f"{s['steps_per_rank']} steps/rank)"),
+        ("first-step wait", "-" if wait is None else
+         f"{wait:.3f} s mean, {s['first_step_wait_s_max']:.3f} s max over ranks and "
+         f"epochs"),
+        ("stall % (own wait)", f"{s['stall_percent']:.1f}  (fetch {s['fetch_percent']:.1f} "
+                               f"/ prep {s['prep_percent']:.1f} / other "
+                               f"{s['stall_other_percent']:.1f})"),
+        ("straggler wait / exchange %", f"{s.get('straggler_wait_percent', 0.0):.1f} / "
+                                        f"{s.get('exchange_percent', 0.0):.1f}"),
+        ("h2d / compute / ckpt / other %",
+         f"{s['h2d_percent']:.1f} / {s['compute_percent']:.1f} / {s['ckpt_percent']:.1f}"
+         f" / {s['other_percent']:.1f}"),
+        ("epoch time, slowest rank", "-" if s.get("epoch_s_mean") is None else
+         f"{s['epoch_s_mean']:.3f} s (mean over {len(s['per_epoch'])} epoch(s))"),
+        ("all epochs slowest/fastest", f"{s['epoch_time_s_slowest']:.3f} s (rank "
+         f"{s['slowest_rank']}) / {s['epoch_time_s_fastest']:.3f} s (rank "
+         f"{s['fastest_rank']})" + (f" = {ratio:.2f}x" if ratio else "")),
+    ]
+    if s.get("first_bucket_wait_s_mean"):
+        rows.insert(-3, ("first-bucket wait (in compute)",
+                         f"{1000 * s['first_bucket_wait_s_mean']:.2f} ms per step (DDP: its "
+                         f"first gradient bucket ready -> reduced)"))
+    w = max(len(k) for k, _ in rows)
+    lines += [f"  {k:<{w}}  {v}" for k, v in rows]
+    return "\n".join(lines)
+
+
+def run_summary(head, per_rank, title, tail=None, empty="no step completed"):
+    """(summary.json's document, summary.txt's table) of a run, as ``hpcio.train`` writes
+    them at its end and ``hpcio.results summarize`` from what the ranks flushed: the
+    document is ``head`` (what the run was and how it ended, in order), ``metrics``
+    (:func:`summarize` of ``per_rank``; None when ``per_rank`` is None or empty), then
+    ``tail``; the table is :func:`format_table` of the figures under ``title`` (``title``
+    and ``empty`` without figures)."""
+    figures = summarize(per_rank) if per_rank else None
+    doc = dict(head, metrics=figures)
+    threshold = head.get("au_threshold_percent")
+    if threshold is not None:     # MLPerf Storage's verdict: AU (its rule) >= threshold
+        doc["au_pass"] = None if figures is None else figures["au_percent"] >= threshold
+    doc.update(tail or {})
+    text = format_table(figures, title) if figures else f"{title}\n  {empty}"
+    if figures and threshold is not None:
+        text += (f"\n  AU threshold{' of ' + head['workload'] if head.get('workload') else ''}"
+                 f": {threshold:.0f}%: {'PASS' if doc['au_pass'] else 'FAIL'} (AU "
+                 f"{figures['au_percent']:.1f}%, MLPerf Storage's rule)")
+    return doc, text
+
+
+SIDE_BY_SIDE_ROWS = [  # (label, summary.json metrics key, format)
+    ("samples/s", "samples_per_s", "{:,.1f}"),
+    ("MiB/s", "mib_per_s", "{:,.2f}"),
+    ("AU % every step", "au_percent_all_steps", "{:.1f}"),
+    ("AU % MLPerf rule", "au_percent", "{:.1f}"),
+    ("first-step wait s, max", "first_step_wait_s_max", "{:.3f}"),
+    ("stall %", "stall_percent", "{:.2f}"),
+    ("  fetch %", "fetch_percent", "{:.2f}"),
+    ("  prep %", "prep_percent", "{:.2f}"),
+    ("straggler wait %", "straggler_wait_percent", "{:.2f}"),
+    ("exchange %", "exchange_percent", "{:.2f}"),
+    ("compute %", "compute_percent", "{:.1f}"),
+    ("epoch s, slowest rank", "epoch_s_mean", "{:.3f}"),
+    ("all epochs s, slowest", "epoch_time_s_slowest", "{:.3f}"),
+    ("slowest / fastest rank", "slowest_over_fastest", "{:.3f}"),
+]
+
+
+def side_by_side(summaries):
+    """A table with one column per run: {name: summary.json dict}."""
+    names = list(summaries)
+    width = max(12, *(len(n) for n in names))
+    lines = ["".ljust(24) + "".join(n.rjust(width + 2) for n in names)]
+    for label, key, fmt in SIDE_BY_SIDE_ROWS:
+        cells = []
+        for n in names:
+            v = summaries[n]["metrics"].get(key)
+            cells.append(("-" if v is None else fmt.format(v)).rjust(width + 2))
+        lines.append(label.ljust(24) + "".join(cells))
+    return "\n".join(lines)

@@ -1,0 +1,197 @@
+"""DLIO workload configs as hpcio settings: MLPerf Storage's training workloads (3D U-Net on
+npz, ResNet-50 and CosmoFlow on TFRecord), shipped as DLIO's own files (``dlio/``), or any
+DLIO config given as a file.
+
+A config says what the data are (``dataset``), how a framework reads them (``reader``), how
+long a step computes (``train``) and the AU a run must keep (``metric.au``). :func:`load`
+turns one into a :class:`Workload`; its :meth:`~Workload.train_options` and
+:meth:`~Workload.datagen_options` are the defaults of ``hpcio.train --workload`` and
+``hpcio.datagen generate --workload`` (flags given beside them win). Keys hpcio does not
+model are listed in :attr:`Workload.unmodelled`, which the commands print in one line:
+nothing a config asks for is dropped without saying so.
+"""
+
+import math
+import os
+from dataclasses import dataclass, field
+
+import yaml
+
+from ..errors import HpcioError, lookup
+
+__all__ = ["WORKLOADS", "Workload", "load", "MLPERF_AU", "FORMATS"]
+
+_HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dlio")
+#: the workloads shipped: name -> DLIO's config file
+WORKLOADS = {f[:-5]: os.path.join(_HERE, f) for f in sorted(os.listdir(_HERE))
+             if f.endswith(".yaml")}
+#: MLPerf Storage's AU threshold per model, for configs without ``metric.au`` (DLIO's
+#: v100 files): 90% for U-Net and ResNet-50, 70% for CosmoFlow (its rules, v1.0)
+MLPERF_AU = {"unet3d": 0.90, "resnet50": 0.90, "cosmoflow": 0.70}
+
+# DLIO keys hpcio takes, as (section, key); all others are reported as not modelled
+_MODELLED = {
+    ("model", "name"), ("dataset", "format"), ("dataset", "num_files_train"),
+    ("dataset", "num_samples_per_file"), ("dataset", "record_length_bytes"),
+    ("dataset", "data_folder"), ("reader", "batch_size"),
+    ("reader", "sample_shuffle"), ("reader", "file_shuffle"), ("reader", "prefetch_size"),
+    ("train", "epochs"), ("train", "computation_time"), ("train", "computation_time_stdev"),
+    ("train", "seed"), ("train", "total_training_steps"), ("metric", "au"),
+    ("workflow", "train"), ("workflow", "generate_data"),
+}
+#: a DLIO format -> (hpcio's format, record encoding, its option for samples per file
+#: within a shard, if it has one: else a shard is a file)
+FORMATS = {"npz": ("npz", "raw", "samples_per_file"), "tfrecord": ("tfrecord", "raw", None),
+           "hdf5": ("hdf5", "raw", None), "jpeg": ("images", "jpeg", None),
+           "png": ("images", "png", None)}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One DLIO workload config, as far as hpcio models it."""
+
+    name: str
+    source: str                  # the config file read
+    model: str
+    format: str
+    files: int
+    samples_per_file: int
+    record_bytes: int            # DLIO's record_length_bytes (the mean)
+    batch: int
+    epochs: int
+    compute_time: float          # seconds per step
+    au_threshold: float = None   # a fraction; None: the config names none
+    compute_std: float = 0.0
+    prefetch: int = None
+    shuffle: str = "none"
+    seed: int = None
+    steps: int = None
+    data_folder: str = None
+    unmodelled: tuple = field(default_factory=tuple)
+
+    @property
+    def records(self):
+        return self.files * self.samples_per_file
+
+    def shape(self):
+        """A picture shape HxWx1 whose raw bytes come to ``record_bytes`` at most, as DLIO's
+        generators size a record (a square of side sqrt(record_length_bytes))."""
+        side = max(1, math.isqrt(int(self.record_bytes)))
+        return f"{side}x{side}x1"
+
+    def train_options(self):
+        """``hpcio.train`` option defaults (dest names) that run this workload: emulated
+        compute of the config's time per step, the batch's bytes handed over as read (no
+        preprocessing, as DLIO), a barrier but no gradients exchanged (DLIO's step)."""
+        o = {"model": "emulate", "compute_time": self.compute_time, "batch": self.batch,
+             "epochs": self.epochs, "shuffle": self.shuffle, "preprocess": "off",
+             "exchange_bytes": 0, "au_threshold": self.au_threshold}
+        if self.compute_std > 0:
+            o.update(compute_dist="normal", compute_std=self.compute_std)
+        for k in ("seed", "steps", "prefetch"):
+            if getattr(self, k) is not None:
+                o[k] = getattr(self, k)
+        if self.data_folder:
+            o["data"] = self.data_folder
+        return o
+
+    def datagen_options(self, records=None):
+        """``hpcio.datagen generate`` options (dest names) that make its dataset, or
+        ``records`` of it (scaled down): shards (files) of ``samples_per_file`` records
+        of ``record_bytes`` each."""
+        fmt, encoding, per_file = FORMATS[self.format]
+        records = records or self.records
+        o = {"format": fmt, "records": records, "encoding": encoding,
+             "shards": -(-records // self.samples_per_file), "shape": self.shape()}
+        if per_file:
+            o["format_option"] = [f"{per_file}={self.samples_per_file}"]
+        return o
+
+    def unmodelled_line(self, prog):
+        """The one line that lists what hpcio leaves out of this workload, or None."""
+        if not self.unmodelled:
+            return None
+        return (f"{prog}: workload {self.name}: not modelled, run without: "
+                f"{', '.join(self.unmodelled)}")
+
+
+def load(spec):
+    """The workload ``spec`` names: a shipped name (:data:`WORKLOADS`) or a DLIO config
+    file. Bad input is one line: no such name, not YAML, no dataset section, a format
+    hpcio has not, a value of the wrong type."""
+    if spec in WORKLOADS:
+        path, name = WORKLOADS[spec], spec
+    elif os.path.isfile(spec) or spec.endswith((".yaml", ".yml")) or os.sep in spec:
+        path, name = spec, os.path.splitext(os.path.basename(spec))[0]
+    else:
+        lookup(WORKLOADS, spec, "workload")       # raises, naming the shipped ones
+    try:
+        with open(path) as f:
+            cfg = yaml.safe_load(f)
+    except OSError as e:
+        raise HpcioError(f"workload {path}: {e.strerror}", everywhere=True)
+    except yaml.YAMLError as e:
+        raise HpcioError(f"workload {path} is not YAML: {str(e).splitlines()[0]}",
+                         everywhere=True)
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("dataset"), dict):
+        raise HpcioError(f"workload {path}: no dataset section (a DLIO workload config "
+                         f"has dataset, reader and train sections)", everywhere=True)
+    return _workload(name, path, cfg)
+
+
+def _workload(name, path, cfg):
+    def get(section, key, kind, default=None, least=None):
+        v = (cfg.get(section) or {}).get(key, default)
+        if v is None:
+            return None
+        try:
+            v = kind(v)
+        except (TypeError, ValueError):
+            raise HpcioError(f"workload {path}: {section}.{key}: {v!r} is not a "
+                             f"{kind.__name__}", everywhere=True)
+        if least is not None and v < least:
+            raise HpcioError(f"workload {path}: {section}.{key} must be >= {least}, not "
+                             f"{v}", everywhere=True)
+        return v
+
+    for s in ("model", "reader", "train", "metric", "workflow", "checkpoint", "evaluation"):
+        if cfg.get(s) is not None and not isinstance(cfg[s], dict):
+            raise HpcioError(f"workload {path}: {s} must be a section (a mapping)",
+                             everywhere=True)
+    fmt = get("dataset", "format", str)
+    if fmt not in FORMATS:
+        raise HpcioError(f"workload {path}: dataset.format {fmt!r}: hpcio runs DLIO's "
+                         f"{', '.join(FORMATS)}", everywhere=True)
+    if get("workflow", "train", bool, True) is False:
+        raise HpcioError(f"workload {path}: workflow.train is false: nothing to run",
+                         everywhere=True)
+    model = get("model", "name", str) or name
+    au = get("metric", "au", float)
+    if au is None:
+        au = MLPERF_AU.get(model)
+    elif not 0 < au <= 1:
+        raise HpcioError(f"workload {path}: metric.au is a fraction (0.9 for 90%), not "
+                         f"{au}", everywhere=True)
+    shuffled = {str(get("reader", k, str, "off")).lower() for k in
+                ("sample_shuffle", "file_shuffle")}
+    seed = get("train", "seed", int, least=0)
+    left = [f"{s}.{k}" for s, sec in cfg.items() if isinstance(sec, dict)
+            for k in sec if (s, k) not in _MODELLED]
+    left += [s for s, sec in cfg.items() if not isinstance(sec, dict)]
+    return Workload(
+        name=name, source=os.path.abspath(path), model=model, format=fmt,
+        files=get("dataset", "num_files_train", int, least=1) or 1,
+        samples_per_file=get("dataset", "num_samples_per_file", int, 1, least=1),
+        record_bytes=int(get("dataset", "record_length_bytes", float, least=1) or 65536),
+        batch=get("reader", "batch_size", int, 1, least=1),
+        epochs=get("train", "epochs", int, 1, least=1),
+        compute_time=get("train", "computation_time", float, 0.0, least=0),
+        compute_std=get("train", "computation_time_stdev", float, 0.0, least=0),
+        au_threshold=au,
+        prefetch=get("reader", "prefetch_size", int, least=0),
+        # DLIO's seed or random: every epoch in a new order (its file shuffle alone
+        # reorders whole files: hpcio's plan shuffles records, the nearest it has)
+        shuffle="global" if shuffled & {"seed", "random", "on", "true"} else "none",
+        seed=seed, steps=get("train", "total_training_steps", int, least=1),
+        data_folder=get("dataset", "data_folder", str),
+        unmodelled=tuple(sorted(left)))
