@@ -9,7 +9,12 @@ window, while what an epoch rightly leaves behind (its record in rank-R.json) is
 KiB. glibc's mmap threshold is fixed for these runs (``MALLOC_MMAP_THRESHOLD_``): left
 dynamic, freed heap is trimmed or not at a given moment and RSS jumps by several MiB
 between epochs, noise larger than the budget; a buffer still referenced stays resident
-whatever the threshold."""
+whatever the threshold.
+
+What stays without being a leak: a native drift of 10-50 KiB per epoch on every path here
+(1.4-2.4 MiB over the window; tracemalloc counts at most 4 KiB per epoch of live Python
+objects, and ``malloc_trim`` does not return it), up to 180 KiB per epoch (5 MiB) on a
+loaded machine; :data:`BUDGET` sits between that and the leak, 3.5x below the leak."""
 
 import json
 import os
@@ -19,7 +24,7 @@ import pytest
 from common.datasets import make_dataset
 from common.mpi import run_mpi
 
-BUDGET = 4 << 20
+BUDGET = 8 << 20
 EPOCHS = 30
 ENV = {"MALLOC_MMAP_THRESHOLD_": str(128 << 10)}
 
