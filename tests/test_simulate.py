@@ -180,6 +180,38 @@ def test_more_ranks_than_the_platform_holds_is_one_line(tmp_path):
 
 
 @needs_simgrid
+@pytest.mark.parametrize("ranks", [1, 2, 4, 8])
+def test_client_cpu_shares_the_node_cores(ranks):
+    """The node's file-system client spends CPU per byte on the node's 2 cores: up to 2
+    ranks each have a core, past that they share them, so a step's 16 records of 1 MB at
+    1 ms per MB take 16 ms x max(1, P / 2) (the transfer itself free here)."""
+    from dataclasses import replace
+    from hpcio.simulate.calibrate import run_cases
+    p = replace(load_platform(TESTBED), servers=1, latency_s=0.0, cache_bytes=0.0,
+                nic_bps=1e15, nic_latency_s=0.0, server_bps=1e15, cores=2,
+                client_cpu_s_per_byte=1e-9)
+    w = Workload(name="cpu", reader="naive", ranks=ranks, batch=16, steps=5,
+                 records=16 * ranks * 5, record_bytes=1e6, shuffle="none", seed=0,
+                 compute_s=0.0, rest_s=0.0, sync=True, prefetch=2, steady_steps=1,
+                 faults_per_sample=1.0, dataset="synthetic")
+    (f,) = run_cases([Case(p, w, {"cpu_s": 0.0, "window": 1_000_000})])
+    assert f["stall_max_s"] == pytest.approx(16e-3 * max(1, ranks / 2), rel=1e-3)
+
+
+def test_client_cpu_in_the_platform_file():
+    """``compute.client_cpu_ms_per_mib`` is read, and written back as read."""
+    from hpcio.simulate.platform import parse_platform, platform_dict
+    import yaml
+    d = yaml.safe_load(GOOD)
+    d["compute"]["client_cpu_ms_per_mib"] = 4
+    p = parse_platform(d)
+    assert p.client_cpu_s_per_byte == pytest.approx(4e-3 / 2 ** 20)
+    assert parse_platform(platform_dict(p)).client_cpu_s_per_byte == pytest.approx(
+        p.client_cpu_s_per_byte)
+    assert load_platform(TESTBED).client_cpu_s_per_byte == 0.0
+
+
+@needs_simgrid
 def test_grouped_ranks_share_bandwidth_as_ranks_do(monkeypatch):
     """Past MAX_ACTORS an actor stands for a group of ranks: every flow grows by the same
     factor, so a step takes what it takes with every rank simulated (both aggregated: a

@@ -51,7 +51,8 @@ def _fit_line(fit):
     return (f"fitted: latency {p.latency_s * 1e6:.0f} us/request, "
             f"{p.server_threads or 'unlimited'} served at once, {p.server_bps / 1e6:.0f} MB/s "
             f"per server, {p.client_threads or 'any number of'} request(s) out per node's "
-            f"client{xch}; {per}")
+            f"client, {p.client_cpu_s_per_byte * 1e3 * 2 ** 20:.0f} ms of node CPU per MiB "
+            f"through it{xch}; {per}")
 
 
 def _print_rows(title, rows):

@@ -130,6 +130,10 @@ def _request(sg, case, built, host, parts, count=1, client=None):
             acts.append(sg.Comm.sendto_async(servers[j], host, n))
     for a in acts:
         a.wait()
+    # the node's client handles the bytes on the node's cores, beside its ranks' work
+    cpu = case.platform.client_cpu_s_per_byte * sum(n for _, n in parts)
+    if cpu > 0:
+        sg.this_actor.execute(cpu * FLOPS)
 
 
 def _deploy(sg, k, case, built, plans, out, barrier):
