@@ -44,15 +44,17 @@ def _workloads(paths):
 
 def _fit_line(fit):
     p = fit.platform
-    per = ", ".join(f"{r}: CPU {v['cpu_s'] * 1e6:.0f} us/sample"
+    per = ", ".join(f"{r}: CPU {v['cpu_s'] * 1e6:.0f} us/sample, "
+                    f"{v.get('cpu_s_per_byte', 0.0) * 1e3 * 2 ** 20:.0f} ms/MiB"
                     + (f", read-around {v['window'] // 1024} KiB" if v.get("window") else "")
                     for r, v in sorted(fit.params.items()))
     xch = f"; allreduce {p.exchange_bps / 1e6:.0f} MB/s per rank" if p.exchange_bps else ""
     return (f"fitted: latency {p.latency_s * 1e6:.0f} us/request, "
             f"{p.server_threads or 'unlimited'} served at once, {p.server_bps / 1e6:.0f} MB/s "
             f"per server, {p.client_threads or 'any number of'} request(s) out per node's "
-            f"client, {p.client_cpu_s_per_byte * 1e3 * 2 ** 20:.0f} ms of node CPU per MiB "
-            f"through it{xch}; {per}")
+            f"client, the node's cores "
+            + (f"a run queue of {p.cpu_quantum_s * 1e3:g} ms quanta" if p.cpu_quantum_s
+               else "shared fluidly") + f"{xch}; {per}")
 
 
 def _print_rows(title, rows):
@@ -74,6 +76,8 @@ def _calibrate(args):
                 fit.residuals)
     if args.output:
         d = platform_dict(fit.platform, readers={r: {"cpu_us_per_sample": v["cpu_s"] * 1e6,
+                                                     "cpu_ms_per_mib": round(
+                                                         v["cpu_s_per_byte"] * 1e3 * 2 ** 20, 3),
                                                      "window_kib": (v["window"] or 0) // 1024}
                                                  for r, v in fit.params.items()},
                           calibrated_on=[os.path.abspath(d) for d in args.runs])
@@ -116,11 +120,13 @@ def _readers(path):
     for r, v in rd.items():
         try:
             cpu, win = float(v["cpu_us_per_sample"]), int(v["window_kib"])
-        except (TypeError, KeyError, ValueError):
+            per_mib = float(v.get("cpu_ms_per_mib", 0))
+        except (TypeError, KeyError, ValueError, AttributeError):
             raise HpcioError(f"{path}: readers.{r} needs cpu_us_per_sample and window_kib")
-        if cpu < 0 or win < 0:
+        if cpu < 0 or win < 0 or per_mib < 0:
             raise HpcioError(f"{path}: readers.{r}: negative cost")
-        out[r] = {"cpu_s": cpu * 1e-6, "window": win * 1024 or None}
+        out[r] = {"cpu_s": cpu * 1e-6, "window": win * 1024 or None,
+                  "cpu_s_per_byte": per_mib * 1e-3 / 2 ** 20}
     return out, d.get("calibrated_on") or []
 
 

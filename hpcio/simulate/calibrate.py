@@ -4,9 +4,9 @@ runs measured, and every fit checked by simulating points back and a held-out ra
 Fitted: the storage's per-request latency and per-server bandwidth (shared by all readers),
 each reader's CPU cost per sample, and the naive reader's read-around window (from the
 runs' major faults per sample, replayed through the node cache: no timing needed). The
-search is a grid around the platform file's figures, evaluated in one engine run, then the
-node's CPU per byte through its file-system client (with each reader's CPU per sample) on
-the storage so fitted, in a second. The objective counts each run's misses in units of the
+search is a grid around the platform file's figures, evaluated in one engine run, then on
+the storage so fitted, in a second, the node's run-queue quantum and each reader's CPU per
+byte on the node's cores (its client's and the kernel's work for the bytes it reads). The objective counts each run's misses in units of the
 validation's targets: Table A's stall/step max-rank in 15% of it or 1 ms, whichever is
 larger (a stall of 0.1 ms measured against 0.0 simulated is a hit, not an infinite miss),
 and AU in 3 points; squared and summed.
@@ -26,14 +26,15 @@ from .workload import NodeCache
 
 __all__ = ["Fit", "fit_window", "fit_exchange", "calibrate", "simulated_figures", "run_cases",
            "errors_of",
-           "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S", "CLIENT_CPU", "miss"]
+           "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S", "BYTE_CPU", "QUANTA", "miss"]
 
 FLOOR_S = 1e-3
 LATENCY_X = (0.25, 0.5, 1.0)          # x the platform file's latency
 BANDWIDTH_X = (1.0, 2.0, 4.0)          # x its bandwidth per server
 CPU_S = (0.0, 2.5e-4, 5e-4, 1e-3)      # per sample
 CLIENTS = (1, 0)                       # a node's client: one request at a time, or any
-CLIENT_CPU = tuple(v * 1e-3 / 2 ** 20 for v in (0, 1, 2, 4, 8))  # s per byte (ms per MiB)
+BYTE_CPU = tuple(v * 1e-3 / 2 ** 20 for v in (0, 1, 2, 4, 6, 8))  # s per byte (ms per MiB)
+QUANTA = (0.0, 1.5e-3, 4e-3, 8e-3)     # the node's run queue: fluid, or bursts of so long
 STALL_TARGET, STALL_FLOOR_S, AU_TARGET = 0.15, 1e-3, 3.0   # the validation's targets
 WINDOWS = tuple(int(2 ** (k / 2)) for k in range(32, 44))   # 64 KiB .. 2.8 MiB
 
@@ -147,22 +148,23 @@ def fit_exchange(workloads, platform):
     return replace(platform, exchange_bps=float(np.median(got))) if got else platform
 
 
-def _best(cases, figs, key):
-    """Per ``key(case)``, each reader's summed miss; the key with the smallest total when
-    each reader takes its best CPU per sample, and that CPU per reader."""
+def _best(cases, figs, key, param):
+    """Per ``key(case)``, each reader's summed miss per value of ``params[param]``; the key
+    with the smallest total when each reader takes its best value, and that value per
+    reader."""
     score = {}
     for case, f in zip(cases, figs):
         r = score.setdefault(key(case), {}).setdefault(case.workload.label, {})
-        cpu = case.params["cpu_s"]
-        r[cpu] = r.get(cpu, 0.0) + miss(f, case.workload.measured)
+        v = case.params[param]
+        r[v] = r.get(v, 0.0) + miss(f, case.workload.measured)
     best = min(score, key=lambda k: sum(min(v.values()) for v in score[k].values()))
     return best, {r: min(v, key=v.get) for r, v in score[best].items()}
 
 
 def calibrate(workloads, platform):
-    """Fit latency, bandwidth, the node client's requests at once and CPU per byte, CPU per
-    sample (per reader) and the naive window on ``workloads``; a :class:`Fit` with the
-    residual of every run."""
+    """Fit latency, bandwidth, the node client's requests at once, the node's run queue, each
+    reader's CPU per sample and per byte, and the naive window on ``workloads``; a
+    :class:`Fit` with the residual of every run."""
     if not workloads:
         raise HpcioError("nothing to calibrate on")
     for w in workloads:
@@ -174,24 +176,25 @@ def calibrate(workloads, platform):
               if kinds[r] == "demand" else None for r in kinds}
     platform = fit_exchange(workloads, platform)
 
-    def cases_of(platforms):
-        return [Case(p, w, {"cpu_s": cpu, "window": window[w.label]})
-                for p in platforms for cpu in CPU_S for w in workloads]
-
-    # the storage, the node's client CPU left as the platform file says
-    cases = cases_of(platform.with_storage(platform.latency_s * lx, platform.server_bps * bx,
-                                           client_threads=ct)
-                     for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS)
-    storage, _ = _best(cases, run_cases(cases), lambda c: c.platform)
-    # then the node's CPU per byte on that storage, with each reader's CPU per sample
-    cases = cases_of(storage.with_storage(storage.latency_s, storage.server_bps,
-                                          client_cpu_s_per_byte=v) for v in CLIENT_CPU)
+    # the storage, each reader with its best CPU per sample
+    cases = [Case(platform.with_storage(platform.latency_s * lx, platform.server_bps * bx,
+                                        client_threads=ct), w,
+                  {"cpu_s": cpu, "window": window[w.label]})
+             for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS for cpu in CPU_S
+             for w in workloads]
+    storage, cpu = _best(cases, run_cases(cases), lambda c: c.platform, "cpu_s")
+    # then the node's run queue on that storage, each reader with its best CPU per byte
+    cases = [Case(storage.with_storage(storage.latency_s, storage.server_bps,
+                                       cpu_quantum_s=q), w,
+                  {"cpu_s": cpu[w.label], "window": window[w.label], "cpu_s_per_byte": b})
+             for q in QUANTA for b in BYTE_CPU for w in workloads]
     figs = run_cases(cases)
-    fitted, cpu = _best(cases, figs, lambda c: c.platform)
-    fit = Fit(fitted, {r: {"cpu_s": cpu[r], "window": window[r]} for r in cpu})
+    fitted, per_byte = _best(cases, figs, lambda c: c.platform, "cpu_s_per_byte")
+    fit = Fit(fitted, {r: {"cpu_s": cpu[r], "window": window[r], "cpu_s_per_byte": per_byte[r]}
+                       for r in cpu})
     for case, f in zip(cases, figs):
         w = case.workload
-        if case.platform == fitted and case.params["cpu_s"] == cpu[w.label]:
+        if case.platform == fitted and case.params["cpu_s_per_byte"] == per_byte[w.label]:
             fit.residuals.append({"run": w.name, "reader": w.case, "ranks": w.ranks,
                                   "measured_stall_s": w.measured["stall_max_s"],
                                   "simulated_stall_s": f["stall_max_s"],

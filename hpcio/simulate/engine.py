@@ -32,6 +32,7 @@ AGGREGATE_ABOVE = 200_000   # per-request events in one case past which steps ar
 MAX_ACTORS = 256            # ranks simulated one by one; more are grouped (see layout)
 AGGREGATE_STEP = 256        # requests in one rank's step past which that step is aggregated
 FLOPS = 1e9                 # a core's speed: CPU seconds are executed as FLOPS x s
+WAKE_S = 1e-4               # a rank's CPU each time it wakes (the step loop), run-queue mode
 COLUMNS = ("stall", "wall", "compute", "straggler", "exchange", "records", "nbytes")
 
 
@@ -107,7 +108,7 @@ def _build(sg, zone, k, case):
     return hosts, servers
 
 
-def _request(sg, case, built, host, parts, count=1, client=None):
+def _request(sg, case, built, host, parts, count=1, client=None, cores=None):
     """One request (``count`` of them back to back, aggregated): the per-request service
     time at each server it reads from, then its bytes from them over the links at once. A
     server serves ``threads`` requests at a time, a node's client ``client_threads``; the
@@ -130,10 +131,32 @@ def _request(sg, case, built, host, parts, count=1, client=None):
             acts.append(sg.Comm.sendto_async(servers[j], host, n))
     for a in acts:
         a.wait()
-    # the node's client handles the bytes on the node's cores, beside its ranks' work
-    cpu = case.platform.client_cpu_s_per_byte * sum(n for _, n in parts)
-    if cpu > 0:
-        sg.this_actor.execute(cpu * FLOPS)
+    # the reader's bytes cost CPU on the node's cores (its file-system client's, the
+    # kernel's), beside its ranks' work
+    if cores is not None:
+        cores(case.params.get("cpu_s_per_byte", 0.0) * sum(n for _, n in parts))
+
+
+def _run_queue(sg, case, slots):
+    """CPU work on a node's cores: shared fluidly (SimGrid's own sharing) or, with a
+    quantum, as a run queue: each burst holds a core for at most one quantum, then queues
+    again behind the others, so a short burst (a rank waking) waits for the quanta ahead
+    of it even before the cores are saturated."""
+    q = case.platform.cpu_quantum_s
+
+    def run(seconds):
+        if seconds <= 0:
+            return
+        if not q or slots is None:
+            sg.this_actor.execute(seconds * FLOPS)
+            return
+        while seconds > 1e-12:
+            d = min(q, seconds)
+            slots.acquire()
+            sg.this_actor.execute(d * FLOPS)
+            slots.release()
+            seconds -= d
+    return run
 
 
 def _deploy(sg, k, case, built, plans, out, barrier):
@@ -153,6 +176,9 @@ def _deploy(sg, k, case, built, plans, out, barrier):
     on = [a * group // (p.ranks_per_node * per_host) for a in range(actors)]
     exchange = p.exchange_s(w.ranks, w.exchange_bytes) if w.sync else 0.0
     cpu = case.params.get("cpu_s", 0.0) * w.batch
+    wake = WAKE_S if p.cpu_quantum_s and group == 1 else 0.0
+    runq = [_run_queue(sg, case, sg.Semaphore(p.node_cores) if group == 1 else None)
+            for _ in hosts]
     aggregate = out["aggregated"] or group > 1
     caches = [NodeCache(p.cache_bytes * per_host, case.params.get("window") or 1 << 17)
               for _ in hosts]
@@ -167,9 +193,11 @@ def _deploy(sg, k, case, built, plans, out, barrier):
         cols["stall"][a, s] = stall
         sg.this_actor.sleep_for(w.compute_s + w.rest_s)
         cols["compute"][a, s] = w.compute_s
+        runq[on[a]](wake)               # woken from compute: a core for a moment
         if barrier is not None:
             t1 = sg.Engine.clock
             barrier.wait()
+            runq[on[a]](wake)           # woken by the barrier's last arrival
             cols["straggler"][a, s] = sg.Engine.clock - t1
             if exchange:
                 sg.this_actor.sleep_for(exchange)
@@ -198,12 +226,12 @@ def _deploy(sg, k, case, built, plans, out, barrier):
                 used = np.flatnonzero(count)
                 at_once = min(members[a], p.client_threads * per_host or members[a])
                 _request(sg, case, built, host, [(int(j), total[j]) for j in used],
-                         -(-int(count.sum()) // at_once), clients[on[a]])
+                         -(-int(count.sum()) // at_once), clients[on[a]], runq[on[a]])
             else:
                 for j, n in zip(srv.tolist(), nbytes.tolist()):
-                    _request(sg, case, built, host, [(j, n)], 1, clients[on[a]])
+                    _request(sg, case, built, host, [(j, n)], 1, clients[on[a]], runq[on[a]])
             if cpu:
-                sg.this_actor.execute(cpu * members[a] * FLOPS)
+                runq[on[a]](cpu * members[a])
             finish(a, s, t0, sg.Engine.clock - t0)
 
     def prefetch_rank(a):
@@ -216,7 +244,7 @@ def _deploy(sg, k, case, built, plans, out, barrier):
             first = 0
             for last, parts in requests:
                 slots.acquire()
-                _request(sg, case, built, host, parts, 1, clients[on[a]])
+                _request(sg, case, built, host, parts, 1, clients[on[a]], runq[on[a]])
                 out["requests"] += members[a]
                 out["bytes"] += sum(n for _, n in parts)
                 for j, n in parts:
@@ -230,7 +258,7 @@ def _deploy(sg, k, case, built, plans, out, barrier):
             t0 = sg.Engine.clock
             ready.acquire()
             if cpu:
-                sg.this_actor.execute(cpu * members[a] * FLOPS)
+                runq[on[a]](cpu * members[a])
             if s in ends:
                 slots.release()
             finish(a, s, t0, sg.Engine.clock - t0)

@@ -35,9 +35,8 @@ class Platform:
     server_threads: int = 0  # requests a server serves at once, the rest queue; 0 = no limit
     client_threads: int = 0  # requests a node's file-system client has out at once; 0 = any
     exchange_bps: float = 0.0  # a rank's allreduce bandwidth, calibrated; 0 = the NIC's
-    client_cpu_s_per_byte: float = 0.0  # node CPU per byte read through its file-system
-    # client, on the node's cores beside the ranks' (FUSE, and the bricks where they run
-    # on the node as on the testbed); calibrated; 0 = free
+    cpu_quantum_s: float = 0.0  # the node's cores as a run queue: a burst of CPU holds a
+    # core for at most this long, then queues again; 0 = shared fluidly (no queueing)
 
     def exchange_s(self, ranks, nbytes):
         """One ring allreduce of ``nbytes`` over ``ranks`` ranks: each sends and receives
@@ -68,14 +67,13 @@ class Platform:
         return out if out.ndim else int(out)
 
     def with_storage(self, latency_s, server_bps, server_threads=None, client_threads=None,
-                     client_cpu_s_per_byte=None):
+                     cpu_quantum_s=None):
         """The same platform with other storage figures (what calibration varies)."""
         keep = lambda v, old, kind: old if v is None else kind(v)  # noqa: E731
         return replace(self, latency_s=float(latency_s), server_bps=float(server_bps),
                        server_threads=keep(server_threads, self.server_threads, int),
                        client_threads=keep(client_threads, self.client_threads, int),
-                       client_cpu_s_per_byte=keep(client_cpu_s_per_byte,
-                                                  self.client_cpu_s_per_byte, float))
+                       cpu_quantum_s=keep(cpu_quantum_s, self.cpu_quantum_s, float))
 
     def fit_ranks(self, ranks):
         """The platform grown to hold ``ranks`` (more nodes of the same kind): a prediction
@@ -160,9 +158,8 @@ def parse_platform(d, path="platform"):
         cores=_integer(f"{path}: compute", c, "cores") if "cores" in c else 0,
         server_threads=_threads(path, s.get("threads", "unlimited")),
         client_threads=_threads(path, c.get("client_threads", "unlimited")),
-        client_cpu_s_per_byte=_number(f"{path}: compute", c, "client_cpu_ms_per_mib",
-                                      allow_zero=True) * 1e-3 / 2 ** 20
-        if "client_cpu_ms_per_mib" in c else 0.0)
+        cpu_quantum_s=_number(f"{path}: compute", c, "cpu_quantum_us", allow_zero=True) * 1e-6
+        if "cpu_quantum_us" in c else 0.0)
     if p.placement == "stripe" and p.stripe_count > p.servers:
         raise HpcioError(f"{path}: storage.stripe_count {p.stripe_count} is more than its "
                          f"{p.servers} servers")
@@ -189,8 +186,7 @@ def platform_dict(p, **extra):
          "compute": {"nodes": p.nodes, "ranks_per_node": p.ranks_per_node,
                      "cores": p.node_cores,
                      "client_threads": p.client_threads or "unlimited",
-                     "client_cpu_ms_per_mib": round(p.client_cpu_s_per_byte * 1e3 * 2 ** 20,
-                                                    3),
+                     "cpu_quantum_us": round(p.cpu_quantum_s * 1e6, 3),
                      "nic_mbs": p.nic_bps / 1e6, "nic_latency_us": p.nic_latency_s * 1e6},
          "storage": {"servers": p.servers, "bandwidth_mbs": round(p.server_bps / 1e6, 3),
                      "latency_us": round(p.latency_s * 1e6, 3),
