@@ -96,8 +96,15 @@ def _own(here):
     st = _straggler(here)
     top = held["held_out_ranks"]
     waits = ", ".join(f"{k[0]} {k[1]} {v:.0f}%" for k, v in sorted(st.items()) if k[2] == top)
-    ok = [r for r in held["points"]
-          if abs(r["stall_err_rel"]) <= 0.15 and abs(r["au_err_points"]) <= 3]
+    def stall_ok(r):  # 15% of the measured stall or 1 ms, whichever is larger
+        return abs(r["stall_err_s"]) <= max(0.15 * r["measured_stall_s"], 1e-3)
+
+    def au_ok(r):
+        return abs(r["au_err_points"]) <= 3
+
+    def names(rows):
+        return ", ".join(r["reader"] for r in rows) or "none"
+    pts = held["points"]
     return ["## Validation on sweeps recorded for it (`testbed-runs/`)", "",
             "The GlusterFS testbed (500 us per brick request), 2,048 ImageNet-like JPEGs, batch "
             "16, 20 ms emulated compute, cold, a barrier ending every step (`--exchange-bytes "
@@ -107,14 +114,18 @@ def _own(here):
             "Simulated back (calibrated on every point):", ""] + _rows(val["simulated_back"]) + [
             "", f"Held out: calibrated on P in {held['calibrated_on_ranks']}, predicting "
             f"P={top}:", ""] + _rows(held["points"]) + [
-            "", f"Within the target (15% or 1 ms of stall and 3 AU points): "
-            f"{', '.join(r['reader'] for r in ok) or 'none'}. Where it misses: at {top} ranks "
-            f"on this 2-core machine the ranks outnumber the cores 4 to 1, and the measured "
-            f"step is long for a reason the model leaves out: ranks wait at the step's barrier "
-            f"for ranks the OS has not scheduled (median straggler wait {waits} of the step), "
-            "while each rank's own wait stays a few ms; the model's barrier costs only the "
-            "network's latency, so it predicts coordinated AU near its compute share."] + _cursor(
-            val["simulated_back"]) + [""]
+            "", f"Within the targets: stall (15% or 1 ms) for "
+            f"{names([r for r in pts if stall_ok(r)])}; AU (3 points) for "
+            f"{names([r for r in pts if au_ok(r)])}; both for "
+            f"{names([r for r in pts if stall_ok(r) and au_ok(r)])}. Where it misses: at "
+            f"{top} ranks on this 2-core machine the ranks outnumber the cores 4 to 1, and "
+            f"ranks wait at the step's barrier for ranks the scheduler has not run yet (median "
+            f"straggler wait {waits} of the step) while each rank's own wait stays a few ms; "
+            "the fitted run queue (a woken rank queues behind the bursts of CPU ahead of it, "
+            "its reader's bytes costing CPU per MiB) brings the step's length closer to the "
+            "measured one (the AU errors above), but places less of the wait at the barrier "
+            "than the runs show."
+            ] + _cursor(val["simulated_back"]) + [""]
 
 
 def main(here):

@@ -207,31 +207,45 @@ def _deploy(sg, k, case, built, plans, out, barrier):
         cols["nbytes"][a, s] = w.batch * members[a] * w.record_bytes
 
     def demand_rank(a):
+        """The trainer's loader fetches on demand, at most ``w.ahead`` batches ahead of
+        the step that asks (``--prefetch``: batch j waits for the step's ask of batch
+        j - ahead), so the fetch overlaps compute; the step waits for its batch."""
         host = hosts[on[a]]
         cache = caches[on[a]] if p.cache_bytes > 0 else None
         state = {}
+        ready, asks = sg.Semaphore(0), sg.Semaphore(w.ahead)
+
+        def loader():
+            for s in range(w.steps):
+                asks.acquire()
+                if w.cold and cache is not None:
+                    cache.enter(s // w.steps_per_epoch)
+                srv, nbytes = pattern(w, p, case.params, ids(a, s), cache, state)
+                out["requests"] += len(srv)
+                out["bytes"] += float(nbytes.sum())
+                out["server_bytes"] += np.bincount(srv, weights=nbytes, minlength=p.servers)
+                if len(srv) > AGGREGATE_STEP and not aggregate:
+                    out["aggregated"] = True    # said in the result, as for the whole case
+                if (aggregate or len(srv) > AGGREGATE_STEP) and len(srv):
+                    count = np.bincount(srv, minlength=p.servers)
+                    total = np.bincount(srv, weights=nbytes, minlength=p.servers)
+                    used = np.flatnonzero(count)
+                    at_once = min(members[a], p.client_threads * per_host or members[a])
+                    _request(sg, case, built, host, [(int(j), total[j]) for j in used],
+                             -(-int(count.sum()) // at_once), clients[on[a]], runq[on[a]])
+                else:
+                    for j, n in zip(srv.tolist(), nbytes.tolist()):
+                        _request(sg, case, built, host, [(j, n)], 1, clients[on[a]],
+                                 runq[on[a]])
+                if cpu:
+                    runq[on[a]](cpu * members[a])
+                ready.release()
+
+        sg.Actor.create(f"ld{a}", host, loader)
         for s in range(w.steps):
             t0 = sg.Engine.clock
-            if w.cold and cache is not None:
-                cache.enter(s // w.steps_per_epoch)
-            srv, nbytes = pattern(w, p, case.params, ids(a, s), cache, state)
-            out["requests"] += len(srv)
-            out["bytes"] += float(nbytes.sum())
-            out["server_bytes"] += np.bincount(srv, weights=nbytes, minlength=p.servers)
-            if len(srv) > AGGREGATE_STEP and not aggregate:
-                out["aggregated"] = True    # said in the result, as for the whole case
-            if (aggregate or len(srv) > AGGREGATE_STEP) and len(srv):
-                count = np.bincount(srv, minlength=p.servers)
-                total = np.bincount(srv, weights=nbytes, minlength=p.servers)
-                used = np.flatnonzero(count)
-                at_once = min(members[a], p.client_threads * per_host or members[a])
-                _request(sg, case, built, host, [(int(j), total[j]) for j in used],
-                         -(-int(count.sum()) // at_once), clients[on[a]], runq[on[a]])
-            else:
-                for j, n in zip(srv.tolist(), nbytes.tolist()):
-                    _request(sg, case, built, host, [(j, n)], 1, clients[on[a]], runq[on[a]])
-            if cpu:
-                runq[on[a]](cpu * members[a])
+            asks.release()
+            ready.acquire()
             finish(a, s, t0, sg.Engine.clock - t0)
 
     def prefetch_rank(a):

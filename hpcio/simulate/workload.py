@@ -44,6 +44,7 @@ class Workload:
     cold: bool = False               # --cache cold: every node's cache emptied each epoch
     block: int = BLOCK               # chunk shuffle: the run's --block and --window
     window: int = WINDOW
+    ahead: int = 0                   # batches the trainer's loader fetches ahead (--prefetch)
 
     @property
     def steps_per_epoch(self):
@@ -152,7 +153,7 @@ def workload_from_run(path):
                              / int(records)),
         faults_per_sample=faults / got if got else float("nan"),
         dataset=run.dataset, measured=fig, access=access, exchange_bytes=xbytes,
-        exchange_s=xs, cold=c.get("cache") == "cold")
+        exchange_s=xs, cold=c.get("cache") == "cold", ahead=int(c.get("prefetch") or 0))
 
 
 #: what a run measured of its workload, per step: repeats of one point give their median
