@@ -164,10 +164,10 @@ def main(here):
               "run time at scale. The simulation reproduces the mechanism: the naive `cursor` "
               "brings in every record's first page for every rank, so its bytes per rank grow "
               "with P; alone it stalls less than `get` (its walk is sequential), and from 16 "
-              "ranks on its stall grows about 4x per doubling of the ranks and passes `get`'s "
-              "(the cursor table above). The coordinated reader's stall stays near 0 until the "
-              "busiest server nears saturation (8-16 ranks here), then follows the servers' "
-              "bandwidth. What it does not reproduce: Caffe's own per-process CPU costs beyond "
+              "ranks on its stall grows 4 to 7x per doubling of the ranks and passes `get`'s "
+              "(the cursor table above). The coordinated reader's stall stays near 0 up to 4 "
+              "ranks, then grows with the transfer and, once the busiest server nears "
+              "saturation, follows the servers' bandwidth. What it does not reproduce: Caffe's own per-process CPU costs beyond "
               "the testbed's fitted per-sample cost.", ""]
     with open(os.path.join(here, "README.md"), "w") as f:
         f.write("\n".join(lines))
