@@ -26,7 +26,7 @@ from .workload import NodeCache
 
 __all__ = ["Fit", "fit_window", "fit_exchange", "calibrate", "simulated_figures", "run_cases",
            "errors_of",
-           "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S", "BYTE_CPU", "QUANTA", "miss"]
+           "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S", "BYTE_CPU", "QUANTA", "STALL_TARGET", "AU_TARGET", "miss"]
 
 FLOOR_S = 1e-3
 LATENCY_X = (0.25, 0.5, 1.0)          # x the platform file's latency
@@ -35,7 +35,7 @@ CPU_S = (0.0, 2.5e-4, 5e-4, 1e-3, 2e-3)  # per sample
 CLIENTS = (1, 0)                       # a node's client: one request at a time, or any
 BYTE_CPU = tuple(v * 1e-3 / 2 ** 20 for v in (0, 1, 2, 4, 6, 8))  # s per byte (ms per MiB)
 QUANTA = (0.0, 1.5e-3, 4e-3, 8e-3)     # the node's run queue: fluid, or bursts of so long
-STALL_TARGET, STALL_FLOOR_S, AU_TARGET = 0.15, 1e-3, 3.0   # the validation's targets
+STALL_TARGET, AU_TARGET = 0.15, 3.0   # the validation's targets (stall: or FLOOR_S)
 WINDOWS = tuple(int(2 ** (k / 2)) for k in range(32, 44))   # 64 KiB .. 2.8 MiB
 
 
@@ -92,7 +92,7 @@ def miss(sim, meas):
     """A simulated run's miss in units of the targets, squared and summed: stall/step
     max-rank over 15% of the measured or 1 ms, AU points over 3."""
     stall = (sim["stall_max_s"] - meas["stall_max_s"]) / max(
-        STALL_TARGET * abs(meas["stall_max_s"]), STALL_FLOOR_S)
+        STALL_TARGET * abs(meas["stall_max_s"]), FLOOR_S)
     return stall ** 2 + ((sim["au_pct"] - meas["au_pct"]) / AU_TARGET) ** 2
 
 
