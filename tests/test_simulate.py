@@ -215,6 +215,10 @@ def test_run_queue_and_reader_costs_in_their_files(tmp_path):
     assert p.cpu_quantum_s == pytest.approx(1.5e-3)
     assert parse_platform(platform_dict(p)).cpu_quantum_s == pytest.approx(1.5e-3)
     assert load_platform(TESTBED).cpu_quantum_s == 0.0
+    d["compute"]["barrier_round_us"] = 400
+    assert parse_platform(platform_dict(parse_platform(d))).round_s == pytest.approx(4e-4)
+    del d["compute"]["barrier_round_us"]
+    assert parse_platform(d).round_s == parse_platform(d).nic_latency_s  # one message hop
     cal = tmp_path / "fit.yaml"
     cal.write_text("readers: {naive: {cpu_us_per_sample: 250, cpu_ms_per_mib: 4, "
                    "window_kib: 256}}\n")
@@ -317,3 +321,67 @@ def test_a_workload_replays_the_runs_chunk_block_and_window():
         assert plans[r].ravel().tolist() == want.ids.tolist()
     default = make_plan(64, 2, 0, 4, seed=3, shuffle="chunk").head(5)
     assert plans[0].ravel().tolist() != default.ids.tolist()
+
+
+@needs_simgrid
+def test_cpu_per_byte_is_not_paid_on_a_cache_hit():
+    """A reader's CPU per sample is paid for every sample; its CPU per byte only for what the
+    storage sends: in a warm second epoch whose records are all in the node's cache the
+    step costs nothing, so the run's mean stall halves (16 records of 1 MB at 1 ms each)."""
+    from dataclasses import replace
+    from hpcio.simulate.calibrate import run_cases
+    p = replace(load_platform(TESTBED), servers=1, latency_s=0.0, cache_bytes=1e12,
+                nic_bps=1e15, nic_latency_s=0.0, server_bps=1e15, cores=2)
+    w = Workload(name="hit", reader="naive", ranks=1, batch=16, steps=10, records=16 * 5,
+                 record_bytes=1e6, shuffle="global", seed=0, compute_s=0.0, rest_s=0.0,
+                 sync=False, prefetch=2, steady_steps=1, faults_per_sample=1.0,
+                 dataset="synthetic")
+    per_sample, per_byte = run_cases([Case(p, w, {"cpu_s": 1e-3, "window": 1_000_000}),
+                                      Case(p, w, {"cpu_s": 0.0, "window": 1_000_000,
+                                                  "cpu_s_per_byte": 1e-9})])
+    assert per_sample["stall_max_s"] == pytest.approx(16e-3, rel=1e-3)
+    assert per_byte["stall_max_s"] == pytest.approx(8e-3, rel=0.05)
+
+
+@needs_simgrid
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_barrier_wakes_each_rank_once_per_round(ranks):
+    """Ranks meet as gloo's dissemination barrier has them: log2(P) rounds, each waking every
+    rank, through the node's run queue. With nothing to read or compute on one core, a
+    step is the wake-ups back to back: (1 after compute + log2 P rounds) x P x WAKE_S."""
+    from dataclasses import replace
+    from hpcio.simulate.calibrate import run_cases
+    from hpcio.simulate.engine import WAKE_S
+    p = replace(load_platform(TESTBED), servers=1, latency_s=0.0, cache_bytes=0.0,
+                nic_bps=1e15, nic_latency_s=0.0, server_bps=1e15, cores=1,
+                cpu_quantum_s=1e-3, barrier_round_s=0.0)
+    w = Workload(name="meet", reader="naive", ranks=ranks, batch=1, steps=20,
+                 records=ranks * 20, record_bytes=1.0, shuffle="none", seed=0,
+                 compute_s=0.0, rest_s=0.0, sync=True, prefetch=2, steady_steps=1,
+                 faults_per_sample=1.0, dataset="synthetic")
+    (f,) = run_cases([Case(p, w, {"cpu_s": 0.0, "window": 4096})])
+    rounds = ranks.bit_length() - 1
+    assert ranks / f["samples_s"] == pytest.approx((1 + rounds) * ranks * WAKE_S, rel=0.1)
+    # and, the cores shared fluidly (no wake-up queues), a step is the barrier's rounds
+    (g,) = run_cases([Case(replace(p, cpu_quantum_s=0.0, barrier_round_s=1e-3), w,
+                           {"cpu_s": 0.0, "window": 4096})])
+    assert ranks / g["samples_s"] == pytest.approx(rounds * 1e-3, rel=0.01)
+
+
+def test_barrier_round_from_the_last_rank_to_arrive():
+    """The last rank to reach a step's barrier waits only the barrier's own rounds: a run's
+    median of that wait, over log2 P rounds, is the platform's barrier round."""
+    from hpcio.simulate.calibrate import fit_barrier
+    run = os.path.join(ROOT, "analysis", "scale-sim", "testbed-runs", "global", "runs",
+                       "inet-2048.lmdb-naive-n4-r0")
+    from hpcio.simulate.workload import workload_from_run
+    import numpy as np
+    w = workload_from_run(run)
+    waits = np.array([np.load(os.path.join(run, f"rank-{r}.npz"))["straggler_wait"][1:]
+                      for r in range(4)])
+    assert w.sync and w.barrier_s == pytest.approx(np.median(waits.min(axis=0)))
+    p = load_platform(TESTBED)
+    ws = [_workload(ranks=n, sync=True, barrier_s=b) for n, b in ((2, 4e-4), (4, 1e-3),
+                                                                 (8, 1.5e-3))]
+    assert fit_barrier(ws, p).round_s == pytest.approx(5e-4)        # 0.4, 0.5, 0.5 ms
+    assert fit_barrier([_workload(ranks=4, sync=False)], p) == p

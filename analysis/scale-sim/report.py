@@ -122,9 +122,10 @@ def _own(here):
             f"ranks wait at the step's barrier for ranks the scheduler has not run yet (median "
             f"straggler wait {waits} of the step) while each rank's own wait stays a few ms; "
             "the fitted run queue (a woken rank queues behind the bursts of CPU ahead of it, "
-            "its reader's bytes costing CPU per MiB) brings the step's length closer to the "
-            "measured one (the AU errors above), but places less of the wait at the barrier "
-            "than the runs show."
+            "its reader's bytes costing CPU per MiB, each of gloo's log2 P barrier rounds "
+            "costing the last rank to arrive what the runs measured and waking every rank "
+            "once) brings the step's length closer to the measured one (the AU errors "
+            "above), but places less of the wait at the barrier than the runs show."
             ] + _cursor(val["simulated_back"]) + [""]
 
 

@@ -45,10 +45,11 @@ def _workloads(paths):
 def _fit_line(fit):
     p = fit.platform
     per = ", ".join(f"{r}: CPU {v['cpu_s'] * 1e6:.0f} us/sample, "
-                    f"{v.get('cpu_s_per_byte', 0.0) * 1e3 * 2 ** 20:.0f} ms/MiB"
+                    f"{v.get('cpu_s_per_byte', 0.0) * 1e3 * 2 ** 20:.1f} ms/MiB"
                     + (f", read-around {v['window'] // 1024} KiB" if v.get("window") else "")
                     for r, v in sorted(fit.params.items()))
     xch = f"; allreduce {p.exchange_bps / 1e6:.0f} MB/s per rank" if p.exchange_bps else ""
+    xch += f"; barrier {p.round_s * 1e3:.2f} ms per round" if p.barrier_round_s >= 0 else ""
     return (f"fitted: latency {p.latency_s * 1e6:.0f} us/request, "
             f"{p.server_threads or 'unlimited'} served at once, {p.server_bps / 1e6:.0f} MB/s "
             f"per server, {p.client_threads or 'any number of'} request(s) out per node's "

@@ -5,8 +5,9 @@ Fitted: the storage's per-request latency and per-server bandwidth (shared by al
 each reader's CPU cost per sample, and the naive reader's read-around window (from the
 runs' major faults per sample, replayed through the node cache: no timing needed). The
 search is a grid around the platform file's figures, evaluated in one engine run, then on
-the storage so fitted, in a second, the node's run-queue quantum and each reader's CPU per
-byte on the node's cores (its client's and the kernel's work for the bytes it reads). The objective counts each run's misses in units of the
+the storage so fitted, in a second, the node's run-queue quantum and each reader's CPU
+split between per sample and per byte fetched (its client's and the kernel's work for the
+bytes it reads, which a cache hit does not cost). The objective counts each run's misses in units of the
 validation's targets: Table A's stall/step max-rank in 15% of it or 1 ms, whichever is
 larger (a stall of 0.1 ms measured against 0.0 simulated is a hit, not an infinite miss),
 and AU in 3 points; squared and summed.
@@ -24,16 +25,17 @@ from ..errors import HpcioError
 from .engine import Case, simulate
 from .workload import NodeCache
 
-__all__ = ["Fit", "fit_window", "fit_exchange", "calibrate", "simulated_figures", "run_cases",
+__all__ = ["Fit", "fit_window", "fit_exchange", "fit_barrier", "calibrate", "simulated_figures", "run_cases",
            "errors_of",
-           "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S", "BYTE_CPU", "QUANTA", "STALL_TARGET", "AU_TARGET", "miss"]
+           "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S", "BYTE_CPU", "SAMPLE_SHARE", "QUANTA", "STALL_TARGET", "AU_TARGET", "miss"]
 
 FLOOR_S = 1e-3
 LATENCY_X = (0.25, 0.5, 1.0)          # x the platform file's latency
 BANDWIDTH_X = (1.0, 2.0, 4.0)          # x its bandwidth per server
 CPU_S = (0.0, 2.5e-4, 5e-4, 1e-3, 2e-3)  # per sample
 CLIENTS = (1, 0)                       # a node's client: one request at a time, or any
-BYTE_CPU = tuple(v * 1e-3 / 2 ** 20 for v in (0, 1, 2, 4, 6, 8))  # s per byte (ms per MiB)
+BYTE_CPU = tuple(v * 1e-3 / 2 ** 20 for v in (0, 1, 2, 4, 8))  # s per byte (ms per MiB)
+SAMPLE_SHARE = (0.5, 0.75, 1.0)        # of the CPU per sample, kept beside a cost per byte
 QUANTA = (0.0, 1.5e-3, 4e-3, 8e-3)     # the node's run queue: fluid, or bursts of so long
 STALL_TARGET, AU_TARGET = 0.15, 3.0   # the validation's targets (stall: or FLOOR_S)
 WINDOWS = tuple(int(2 ** (k / 2)) for k in range(32, 44))   # 64 KiB .. 2.8 MiB
@@ -148,6 +150,15 @@ def fit_exchange(workloads, platform):
     return replace(platform, exchange_bps=float(np.median(got))) if got else platform
 
 
+def fit_barrier(workloads, platform):
+    """``platform`` with the barrier round the runs measured: the last rank to arrive at a
+    step's barrier waits its log2 P rounds (gloo's dissemination), so that wait over the
+    rounds, the median over runs; unchanged when no run had a barrier."""
+    got = [w.barrier_s / (w.ranks - 1).bit_length() for w in workloads
+           if w.sync and w.ranks > 1 and w.barrier_s > 0]
+    return replace(platform, barrier_round_s=float(np.median(got))) if got else platform
+
+
 def _best(cases, figs, key, param):
     """Per ``key(case)``, each reader's summed miss per value of ``params[param]``; the key
     with the smallest total when each reader takes its best value, and that value per
@@ -174,7 +185,7 @@ def calibrate(workloads, platform):
     kinds = {w.label: w.pattern[0] for w in workloads}
     window = {r: fit_window([w for w in workloads if w.label == r], platform)
               if kinds[r] == "demand" else None for r in kinds}
-    platform = fit_exchange(workloads, platform)
+    platform = fit_barrier(workloads, fit_exchange(workloads, platform))
 
     # the storage, each reader with its best CPU per sample
     cases = [Case(platform.with_storage(platform.latency_s * lx, platform.server_bps * bx,
@@ -183,18 +194,23 @@ def calibrate(workloads, platform):
              for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS for cpu in CPU_S
              for w in workloads]
     storage, cpu = _best(cases, run_cases(cases), lambda c: c.platform, "cpu_s")
-    # then the node's run queue on that storage, each reader with its best CPU per byte
+    # then the node's run queue on that storage, each reader's CPU split between a cost per
+    # sample (paid on a cache hit too) and one per byte the storage sends (its file-system
+    # client's and the kernel's work, not paid on a hit): runs whose later steps hit the
+    # node's cache tell the two apart
+    split = {r: sorted({(c * k, b) for k in SAMPLE_SHARE for b in BYTE_CPU})
+             for r, c in cpu.items()}
     cases = [Case(storage.with_storage(storage.latency_s, storage.server_bps,
                                        cpu_quantum_s=q), w,
-                  {"cpu_s": cpu[w.label], "window": window[w.label], "cpu_s_per_byte": b})
-             for q in QUANTA for b in BYTE_CPU for w in workloads]
+                  {"cpu": (s, b), "cpu_s": s, "window": window[w.label], "cpu_s_per_byte": b})
+             for q in QUANTA for w in workloads for s, b in split[w.label]]
     figs = run_cases(cases)
-    fitted, per_byte = _best(cases, figs, lambda c: c.platform, "cpu_s_per_byte")
-    fit = Fit(fitted, {r: {"cpu_s": cpu[r], "window": window[r], "cpu_s_per_byte": per_byte[r]}
-                       for r in cpu})
+    fitted, split = _best(cases, figs, lambda c: c.platform, "cpu")
+    fit = Fit(fitted, {r: {"cpu_s": split[r][0], "window": window[r],
+                           "cpu_s_per_byte": split[r][1]} for r in cpu})
     for case, f in zip(cases, figs):
         w = case.workload
-        if case.platform == fitted and case.params["cpu_s_per_byte"] == per_byte[w.label]:
+        if case.platform == fitted and case.params["cpu"] == split[w.label]:
             fit.residuals.append({"run": w.name, "reader": w.case, "ranks": w.ranks,
                                   "measured_stall_s": w.measured["stall_max_s"],
                                   "simulated_stall_s": f["stall_max_s"],

@@ -186,6 +186,20 @@ def _deploy(sg, k, case, built, plans, out, barrier):
     out["columns"] = cols
     out["group"] = group
 
+    # ranks simulated one by one meet as gloo's barrier does (a dissemination barrier: in
+    # round d each tells rank + d and waits for rank - d), each woken once per round, so a
+    # rank the node's cores do not run holds up its peers round by round
+    rounds = [1 << i for i in range((actors - 1).bit_length())] \
+        if barrier is not None and group == 1 else []
+    told = {(a, d): sg.Semaphore(0) for a in range(actors) for d in rounds}
+
+    def disseminate(a):
+        for d in rounds:
+            told[(a + d) % actors, d].release()
+            told[a, d].acquire()
+            sg.this_actor.sleep_for(p.round_s)
+            runq[on[a]](wake)
+
     def ids(a, s):                      # the records a group asks for in step s
         return plans[a * group:a * group + members[a], s].ravel()
 
@@ -196,8 +210,11 @@ def _deploy(sg, k, case, built, plans, out, barrier):
         runq[on[a]](wake)               # woken from compute: a core for a moment
         if barrier is not None:
             t1 = sg.Engine.clock
-            barrier.wait()
-            runq[on[a]](wake)           # woken by the barrier's last arrival
+            if rounds:
+                disseminate(a)
+            else:                       # grouped: the rounds of the ranks, after the last
+                barrier.wait()
+                sg.this_actor.sleep_for(p.round_s * (w.ranks - 1).bit_length())
             cols["straggler"][a, s] = sg.Engine.clock - t1
             if exchange:
                 sg.this_actor.sleep_for(exchange)

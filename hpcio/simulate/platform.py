@@ -37,6 +37,13 @@ class Platform:
     exchange_bps: float = 0.0  # a rank's allreduce bandwidth, calibrated; 0 = the NIC's
     cpu_quantum_s: float = 0.0  # the node's cores as a run queue: a burst of CPU holds a
     # core for at most this long, then queues again; 0 = shared fluidly (no queueing)
+    barrier_round_s: float = -1.0  # one round of the step's barrier (gloo's dissemination:
+    # log2 P rounds), as the last rank to arrive waits it; calibrated; < 0 = a NIC hop
+
+    @property
+    def round_s(self):
+        """One barrier round: the calibrated figure, else one message's NIC latency."""
+        return self.barrier_round_s if self.barrier_round_s >= 0 else self.nic_latency_s
 
     def exchange_s(self, ranks, nbytes):
         """One ring allreduce of ``nbytes`` over ``ranks`` ranks: each sends and receives
@@ -159,7 +166,9 @@ def parse_platform(d, path="platform"):
         server_threads=_threads(path, s.get("threads", "unlimited")),
         client_threads=_threads(path, c.get("client_threads", "unlimited")),
         cpu_quantum_s=_number(f"{path}: compute", c, "cpu_quantum_us", allow_zero=True) * 1e-6
-        if "cpu_quantum_us" in c else 0.0)
+        if "cpu_quantum_us" in c else 0.0,
+        barrier_round_s=_number(f"{path}: compute", c, "barrier_round_us", allow_zero=True)
+        * 1e-6 if "barrier_round_us" in c else -1.0)
     if p.placement == "stripe" and p.stripe_count > p.servers:
         raise HpcioError(f"{path}: storage.stripe_count {p.stripe_count} is more than its "
                          f"{p.servers} servers")
@@ -187,6 +196,7 @@ def platform_dict(p, **extra):
                      "cores": p.node_cores,
                      "client_threads": p.client_threads or "unlimited",
                      "cpu_quantum_us": round(p.cpu_quantum_s * 1e6, 3),
+                     "barrier_round_us": round(p.round_s * 1e6, 3),
                      "nic_mbs": p.nic_bps / 1e6, "nic_latency_us": p.nic_latency_s * 1e6},
          "storage": {"servers": p.servers, "bandwidth_mbs": round(p.server_bps / 1e6, 3),
                      "latency_us": round(p.latency_s * 1e6, 3),
