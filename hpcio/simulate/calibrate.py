@@ -23,6 +23,7 @@ from ..explain.runs import Run
 from ..explain.tables import run_figures
 from ..errors import HpcioError
 from .engine import Case, simulate
+from .platform import barrier_rounds
 from .workload import NodeCache
 
 __all__ = ["Fit", "fit_window", "fit_exchange", "fit_barrier", "calibrate", "simulated_figures", "run_cases",
@@ -154,19 +155,19 @@ def fit_barrier(workloads, platform):
     """``platform`` with the barrier round the runs measured: the last rank to arrive at a
     step's barrier waits its log2 P rounds (gloo's dissemination), so that wait over the
     rounds, the median over runs; unchanged when no run had a barrier."""
-    got = [w.barrier_s / (w.ranks - 1).bit_length() for w in workloads
+    got = [w.barrier_s / barrier_rounds(w.ranks) for w in workloads
            if w.sync and w.ranks > 1 and w.barrier_s > 0]
     return replace(platform, barrier_round_s=float(np.median(got))) if got else platform
 
 
-def _best(cases, figs, key, param):
-    """Per ``key(case)``, each reader's summed miss per value of ``params[param]``; the key
+def _best(cases, figs, key, value):
+    """Per ``key(case)``, each reader's summed miss per ``value(case)``; the key
     with the smallest total when each reader takes its best value, and that value per
     reader."""
     score = {}
     for case, f in zip(cases, figs):
         r = score.setdefault(key(case), {}).setdefault(case.workload.label, {})
-        v = case.params[param]
+        v = value(case)
         r[v] = r.get(v, 0.0) + miss(f, case.workload.measured)
     best = min(score, key=lambda k: sum(min(v.values()) for v in score[k].values()))
     return best, {r: min(v, key=v.get) for r, v in score[best].items()}
@@ -193,7 +194,8 @@ def calibrate(workloads, platform):
                   {"cpu_s": cpu, "window": window[w.label]})
              for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS for cpu in CPU_S
              for w in workloads]
-    storage, cpu = _best(cases, run_cases(cases), lambda c: c.platform, "cpu_s")
+    storage, cpu = _best(cases, run_cases(cases), lambda c: c.platform,
+                         lambda c: c.params["cpu_s"])
     # then the node's run queue on that storage, each reader's CPU split between a cost per
     # sample (paid on a cache hit too) and one per byte the storage sends (its file-system
     # client's and the kernel's work, not paid on a hit): runs whose later steps hit the
@@ -202,15 +204,16 @@ def calibrate(workloads, platform):
              for r, c in cpu.items()}
     cases = [Case(storage.with_storage(storage.latency_s, storage.server_bps,
                                        cpu_quantum_s=q), w,
-                  {"cpu": (s, b), "cpu_s": s, "window": window[w.label], "cpu_s_per_byte": b})
+                  {"cpu_s": s, "window": window[w.label], "cpu_s_per_byte": b})
              for q in QUANTA for w in workloads for s, b in split[w.label]]
     figs = run_cases(cases)
-    fitted, split = _best(cases, figs, lambda c: c.platform, "cpu")
+    costs = lambda c: (c.params["cpu_s"], c.params["cpu_s_per_byte"])  # noqa: E731
+    fitted, split = _best(cases, figs, lambda c: c.platform, costs)
     fit = Fit(fitted, {r: {"cpu_s": split[r][0], "window": window[r],
                            "cpu_s_per_byte": split[r][1]} for r in cpu})
     for case, f in zip(cases, figs):
         w = case.workload
-        if case.platform == fitted and case.params["cpu"] == split[w.label]:
+        if case.platform == fitted and costs(case) == split[w.label]:
             fit.residuals.append({"run": w.name, "reader": w.case, "ranks": w.ranks,
                                   "measured_stall_s": w.measured["stall_max_s"],
                                   "simulated_stall_s": f["stall_max_s"],

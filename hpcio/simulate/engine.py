@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import HpcioError
+from .platform import barrier_rounds
 from .workload import NodeCache
 
 __all__ = ["Case", "simulate", "available", "layout", "INSTALL_HINT", "AGGREGATE_ABOVE",
@@ -189,7 +190,7 @@ def _deploy(sg, k, case, built, plans, out, barrier):
     # ranks simulated one by one meet as gloo's barrier does (a dissemination barrier: in
     # round d each tells rank + d and waits for rank - d), each woken once per round, so a
     # rank the node's cores do not run holds up its peers round by round
-    rounds = [1 << i for i in range((actors - 1).bit_length())] \
+    rounds = [1 << i for i in range(barrier_rounds(actors))] \
         if barrier is not None and group == 1 else []
     told = {(a, d): sg.Semaphore(0) for a in range(actors) for d in rounds}
 
@@ -214,7 +215,7 @@ def _deploy(sg, k, case, built, plans, out, barrier):
                 disseminate(a)
             else:                       # grouped: the rounds of the ranks, after the last
                 barrier.wait()
-                sg.this_actor.sleep_for(p.round_s * (w.ranks - 1).bit_length())
+                sg.this_actor.sleep_for(p.barrier_s(w.ranks))
             cols["straggler"][a, s] = sg.Engine.clock - t1
             if exchange:
                 sg.this_actor.sleep_for(exchange)

@@ -10,10 +10,15 @@ import yaml
 
 from ..errors import HpcioError
 
-__all__ = ["Platform", "load_platform", "platform_dict", "PLACEMENTS", "NETWORKS"]
+__all__ = ["Platform", "barrier_rounds", "load_platform", "platform_dict", "PLACEMENTS", "NETWORKS"]
 
 PLACEMENTS = ("file", "stripe")   # whole shard file per server | round-robin stripes
 NETWORKS = ("star",)
+
+
+def barrier_rounds(ranks):
+    """Rounds of a dissemination barrier over ``ranks`` ranks: ceil(log2 P)."""
+    return (int(ranks) - 1).bit_length()
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,11 @@ class Platform:
     def round_s(self):
         """One barrier round: the calibrated figure, else one message's NIC latency."""
         return self.barrier_round_s if self.barrier_round_s >= 0 else self.nic_latency_s
+
+    def barrier_s(self, ranks):
+        """What the last rank to reach a step's barrier waits: gloo's dissemination barrier,
+        log2 P rounds (:func:`barrier_rounds`)."""
+        return self.round_s * barrier_rounds(ranks)
 
     def exchange_s(self, ranks, nbytes):
         """One ring allreduce of ``nbytes`` over ``ranks`` ranks: each sends and receives
