@@ -1,14 +1,95 @@
+import collections
 import os
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 # subprocesses (mpiexec ranks) import this checkout, not an installed copy
 os.environ["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
 
+from common import tiers  # noqa: E402  (needs the path above)
+
+_running = {"item": None}
+_measured = collections.defaultdict(float)  # test id: seconds, setup + call + teardown
+_unpassed = set()
+
+
+def pytest_addoption(parser):
+    parser.addoption("--record-durations", action="store_true", default=False,
+                     help="write each passed test's duration into tests/durations.json "
+                          "(which sets the slow tier)")
+
+
+def _fixture_funcs(item):
+    info = getattr(item, "_fixtureinfo", None)
+    for name in getattr(item, "fixturenames", ()):
+        for d in (info.name2fixturedefs.get(name, ()) if info else ()):
+            yield d.func
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tiers from what the tests do and how long they took (common/tiers.py)."""
+    took = tiers.load_durations()
+    for item in items:
+        fn = getattr(item, "function", None)
+        if fn is not None and "mpi" not in item.keywords and (
+                tiers.launches(fn) or any(tiers.launches(f) for f in _fixture_funcs(item))):
+            item.add_marker(pytest.mark.mpi)
+        if took.get(item.nodeid, 0.0) > tiers.SLOW_S and "slow" not in item.keywords:
+            item.add_marker(pytest.mark.slow)
+
+
+def _launch_allowed():
+    item = _running["item"]
+    return item is None or item.get_closest_marker("mpi") is not None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    _running["item"] = item
+    with tiers.guard_launches(_launch_allowed, pytest.fail):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    with tiers.guard_launches(_launch_allowed, pytest.fail):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    try:
+        return (yield)
+    finally:
+        _running["item"] = None
+
+
+def pytest_runtest_logreport(report):
+    if report.failed or report.skipped:
+        _unpassed.add(report.nodeid)
+    _measured[report.nodeid] += report.duration
+
+
+def pytest_sessionfinish(session):
+    if session.config.getoption("--record-durations"):
+        tiers.save_durations({k: v for k, v in _measured.items() if k not in _unpassed})
+
+
+def _skip_reasons(reporter):
+    """{reason: count} of the skipped tests."""
+    out = collections.Counter()
+    for rep in reporter.stats.get("skipped", []):
+        reason = rep.longrepr[2] if isinstance(rep.longrepr, tuple) else str(rep.longrepr)
+        out[reason.removeprefix("Skipped: ")] += 1
+    return out
+
 
 def pytest_terminal_summary(terminalreporter):
-    """How many cases of the hostile-user audit (``@pytest.mark.hostile``) hold."""
+    """How many cases of the hostile-user audit (``@pytest.mark.hostile``) hold; tests that
+    outgrew their tier; skips counted by reason."""
     seen = {"passed": 0, "failed": 0}
     for outcome in seen:
         for rep in terminalreporter.stats.get(outcome, []):
@@ -17,3 +98,14 @@ def pytest_terminal_summary(terminalreporter):
     if sum(seen.values()):
         terminalreporter.write_line(
             f"hostile cases: {seen['passed']} of {sum(seen.values())} hold")
+    slow = {rep.nodeid for reps in terminalreporter.stats.values() for rep in reps
+            if getattr(rep, "when", None) == "call" and "slow" in getattr(rep, "keywords", ())}
+    grown = sorted(k for k, v in _measured.items() if v > tiers.SLOW_S and k not in slow)
+    if grown:
+        terminalreporter.write_line(
+            f"outgrew the fast tiers (> {tiers.SLOW_S:g} s, not marked slow; "
+            f"pytest --record-durations updates tests/durations.json): " + ", ".join(grown))
+    skips = _skip_reasons(terminalreporter)
+    if skips:
+        terminalreporter.write_line("skipped, by reason: " + "; ".join(
+            f"{n} x {reason}" for reason, n in skips.most_common()))

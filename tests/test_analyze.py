@@ -7,7 +7,6 @@ import itertools
 import json
 import os
 import shutil
-import subprocess
 
 import numpy as np
 import pytest
@@ -15,6 +14,7 @@ import yaml
 
 from common.datasets import make_dataset
 from common.mpi import run_py
+from common.launch import launch
 from hpcio.explain import model
 from hpcio.explain.report import analyse
 from hpcio.explain.runs import load, load_run
@@ -141,8 +141,7 @@ def test_log_regions_match_darshan_parser():
     dxt_parser = os.path.join(os.path.dirname(parser), "darshan-dxt-parser")
     path = _log(os.path.join(RUNS, "pfs-inet-lmdb-coordinated-n2"))
     log = darshanlog.read_log(path)
-    text = subprocess.run([dxt_parser, path], capture_output=True, text=True,
-                          check=True).stdout
+    text = launch([dxt_parser, path], check=True).stdout
     segs = [ln.split() for ln in text.splitlines() if ln.startswith(" X_")]
     assert len(log.dxt) == len(segs) == 714
     assert sorted(float(s[7]) for s in segs) == pytest.approx(sorted(log.dxt["end"]),

@@ -12,6 +12,7 @@ from hpcio.errors import HpcioError
 
 from common.datasets import make_dataset
 from common.mpi import run_mpi
+from common.launch import launch
 
 
 def test_parse_reader():
@@ -78,7 +79,6 @@ def test_bench_runs_every_reader_and_limit(tmp_path_factory, tmp_path):
 
 
 def test_bench_gpu_without_a_gpu_is_one_line():
-    import subprocess
     import sys
 
     import torch
@@ -86,7 +86,7 @@ def test_bench_gpu_without_a_gpu_is_one_line():
         pytest.skip("a GPU is visible: benchmarks/bench_gpu.py would run")
     script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                           "benchmarks", "bench_gpu.py")
-    p = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=120)
+    p = launch([sys.executable, script], timeout=120)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [
         "hpcio: error: no CUDA device visible: bench_gpu needs an NVIDIA GPU"]

@@ -3,18 +3,17 @@ hpcio's two readers over data hpcio makes. DLIO's venv (TensorFlow) is never mad
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+from common.launch import launch
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                       "benchmarks", "bench_dlio.py")
 
 
 def test_help_names_the_venv():
-    p = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True,
-                       timeout=60)
+    p = launch([sys.executable, SCRIPT, "--help"], timeout=60)
     assert p.returncode == 0 and ".venv-dlio" in p.stdout and "--contenders" in p.stdout
 
 
@@ -22,12 +21,12 @@ def test_help_names_the_venv():
 def test_hpcio_readers_on_a_tiny_unet(tmp_path):
     venv = tmp_path / "venv-dlio"
     out = tmp_path / "b.json"
-    p = subprocess.run(
+    p = launch(
         [sys.executable, SCRIPT, "--venv", str(venv), "--dir", str(tmp_path / "d"),
          "--generator", "hpcio", "--contenders", "naive", "coordinated",
          "--workloads", "unet3d", "--files", "8", "--record-bytes", "16384", "--batch", "1",
          "--repeats", "2", "--wait-quiet", "0", "--max-load", "1000", "--json", str(out)],
-        capture_output=True, text=True, timeout=600)
+        timeout=600)
     assert p.returncode == 0, p.stderr
     assert not venv.exists()
     doc = json.loads(out.read_text())

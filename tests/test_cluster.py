@@ -22,6 +22,7 @@ import pytest
 from common.datasets import make_dataset
 from common.failure import one_line
 from common.mpi import once_more
+from common.launch import PIPE, launch, spawn
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.lane]
 
@@ -45,7 +46,7 @@ def cluster(*args, env=None, user=None, timeout=300):
     if user:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] + cmd
     e = dict(os.environ, **(env or {}))
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e,
+    return launch(cmd, timeout=timeout, env=e,
                           cwd=ROOT)
 
 
@@ -55,7 +56,7 @@ def one_error_line(p):
 
 def nothing_left():
     """No state, bridge or node links of a cluster (the holders go with the state)."""
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    links = launch(["ip", "-o", "link"]).stdout
     assert not os.path.exists(STATE)
     assert not re.search(r"\b(hpcbr0|hpcn\d+h)\b", links), links
     with open("/proc/mounts") as f:
@@ -67,19 +68,19 @@ def testbed(tmp_path_factory):
     """The GlusterFS testbed: the one up here, else one of our own for this module."""
     if os.path.exists(STATE):
         pytest.skip(f"a cluster is already up ({STATE}): not ours to stop")
-    if subprocess.run([PFS, "status"], capture_output=True).returncode == 0:
+    if launch([PFS, "status"], text=False).returncode == 0:
         with open("/run/hpcio-pfs/state") as f:
             yield dict(ln.rstrip("\n").split("=", 1) for ln in f if "=" in ln)["MOUNT"]
         return
     tmp = tmp_path_factory.mktemp("pfs")
-    p = subprocess.run([PFS, "start", "--mount", tmp / "mnt", "--data", tmp / "data"],
-                       capture_output=True, text=True, timeout=300)
+    p = launch([PFS, "start", "--mount", tmp / "mnt", "--data", tmp / "data"],
+                       timeout=300)
     if p.returncode != 0:
         pytest.skip(f"no GlusterFS testbed: {p.stderr.strip()}")
     try:
         yield str(tmp / "mnt")
     finally:
-        subprocess.run([PFS, "stop", "--wipe"], capture_output=True, timeout=120)
+        launch([PFS, "stop", "--wipe"], timeout=120, text=False)
 
 
 def fake(tmp_path, name, line):
@@ -167,8 +168,7 @@ def env_of(up):
 
 
 def _launch(up, cmd, timeout):
-    return once_more(lambda: (subprocess.run(cmd, capture_output=True, text=True,
-                                             timeout=timeout, env=env_of(up),
+    return once_more(lambda: (launch(cmd, timeout=timeout, env=env_of(up),
                                              cwd=up["tmp"]), ""))[0]
 
 
@@ -267,8 +267,8 @@ def test_a_node_left_warm_says_so(up):
             "    f = open(p, 'rb'); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)\n"
             "    sum(m[i] for i in range(0, len(m), 4096)); ms.append(m)\n"
             "print('held', flush=True); time.sleep(300)")
-    holder = subprocess.Popen([SCRIPT, "exec", "hpcio-n3", sys.executable, "-c", hold],
-                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    holder = spawn([SCRIPT, "exec", "hpcio-n3", sys.executable, "-c", hold],
+                              stdout=PIPE, text=True, cwd=ROOT)
     try:
         assert holder.stdout.readline().strip() == "held"
         _, env, p = train(up, str(up["tmp"] / "warm"))
@@ -289,8 +289,7 @@ def _kill_node(k, name="hpcio.train"):
         state = dict(ln.rstrip("\n").split("=", 1) for ln in f if "=" in ln)
     ns = os.readlink(f"/proc/{state[f'HOLDER{k}']}/ns/net")
     killed = 0
-    for pid in subprocess.run(["pgrep", "-f", name], capture_output=True,
-                              text=True).stdout.split():
+    for pid in launch(["pgrep", "-f", name]).stdout.split():
         try:
             if os.readlink(f"/proc/{pid}/ns/net") == ns:
                 os.kill(int(pid), 9)
@@ -307,11 +306,11 @@ def test_a_node_that_dies_mid_run(up):
         pytest.skip("no slurm-wlm here")
     ds = make_dataset(up["data"], "packed", "raw", records=4000, shards=4, seed=3)
     out = up["tmp"] / "dies"
-    proc = subprocess.Popen(["srun", "-N", str(NODES), "-n", str(NODES * PPN), "--mpi=pmi2",
+    proc = spawn(["srun", "-N", str(NODES), "-n", str(NODES * PPN), "--mpi=pmi2",
                              "--kill-on-bad-exit=1", sys.executable, "-m", "hpcio.train",
                              "--data", ds.root, "--model", "emulate", "--compute-time", "0.02",
                              "--batch", "16", "--epochs", "100", "--flush-interval", "1",
-                             "--out", out], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             "--out", out], stdout=PIPE, stderr=PIPE,
                             text=True, env=env_of(up), cwd=up["tmp"])
     try:
         deadline = time.monotonic() + 240
@@ -337,8 +336,7 @@ def test_a_node_that_dies_mid_run(up):
         with open(out / f"rank-{r}.json") as f:
             rec = json.load(f)
         assert rec["partial"] is True and rec["steps_flushed"] > 0, (r, rec["steps_flushed"])
-    assert not subprocess.run(["pgrep", "-f", f"hpcio.train.*{out}"],
-                              capture_output=True).stdout
+    assert not launch(["pgrep", "-f", f"hpcio.train.*{out}"], text=False).stdout
 
 
 def test_darshan_across_nodes(up):
@@ -400,9 +398,8 @@ def test_node_shared_reader_exactly_once_same_bytes_as_one_node(up):
     across = srun(up, NODES * PPN, args, timeout=400)
     assert across.returncode == 0, across.stdout + across.stderr
     assert re.search(r"^OK \d+ checks$", across.stdout, flags=re.M), across.stdout
-    one = subprocess.run([os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n",
-                          str(NODES * PPN), sys.executable, *args], capture_output=True,
-                         text=True, timeout=400, env=dict(os.environ, PYTHONPATH=ROOT))
+    one = launch([os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n",
+                          str(NODES * PPN), sys.executable, *args], timeout=400, env=dict(os.environ, PYTHONPATH=ROOT))
     assert one.returncode == 0, one.stdout + one.stderr
     dig = lambda s: sorted(re.findall(r"^DIGEST .*$", s, flags=re.M))  # noqa: E731
     assert dig(across.stdout) and dig(across.stdout) == dig(one.stdout)
@@ -412,10 +409,10 @@ def sbatch(up, job, *args, timeout=600):
     e = dict(env_of(up), HPCIO_VENV=os.path.dirname(os.path.dirname(sys.executable)))
 
     def submit():
-        p = subprocess.run(["sbatch", "--wait", "-N", str(NODES), f"--ntasks-per-node={PPN}",
+        p = launch(["sbatch", "--wait", "-N", str(NODES), f"--ntasks-per-node={PPN}",
                             "--time=8", "--parsable", os.path.join(ROOT, "jobs", job),
                             *map(str, args)],
-                           capture_output=True, text=True, timeout=timeout, env=e,
+                           timeout=timeout, env=e,
                            cwd=up["tmp"])
         jobid = p.stdout.strip().split(";")[0]
         p.jobid = jobid

@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -17,6 +16,7 @@ import pytest
 from common.datasets import make_dataset
 from common.failure import one_line
 from common.mpi import mpiexec, run_mpi, run_py, slurm_up
+from common.launch import launch
 from hpcio.errors import HpcioError
 from hpcio.measure import darshan, darshanlog
 
@@ -45,8 +45,8 @@ def _build(prefix, mpicc=None):
     env = dict(os.environ, PYTHON=sys.executable, PATH=BIN + os.pathsep + os.environ["PATH"])
     if mpicc:
         env["MPICC"] = mpicc
-    return subprocess.run([BUILD, "build", "--source", TARBALL, "--prefix", prefix],
-                          capture_output=True, text=True, timeout=1200, env=env)
+    return launch([BUILD, "build", "--source", TARBALL, "--prefix", prefix],
+                          timeout=1200, env=env)
 
 
 @pytest.fixture(scope="session")
@@ -80,8 +80,8 @@ def _traced(n, lib, config, data, out, launcher=None):
     os.makedirs(out, exist_ok=True)
     args = [WORKLOAD, lib, config, data, out]
     if launcher:
-        p = subprocess.run(launcher + ["-n", str(n), sys.executable] + args,
-                           capture_output=True, text=True, timeout=180)
+        p = launch(launcher + ["-n", str(n), sys.executable] + args,
+                           timeout=180)
     else:
         p = run_mpi(n, args)
     assert p.returncode == 0, p.stderr
@@ -406,9 +406,9 @@ def test_preloaded_without_the_config_is_said(tmp_path, lib):
     ds = make_dataset(tmp_path, "packed", "raw", records=64, shards=2)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DARSHAN_")}
     env.update(LD_PRELOAD=lib, DARSHAN_LOG_DIR_PATH=str(tmp_path))
-    p = subprocess.run([mpiexec(), "-n", "2", sys.executable, "-m", "hpcio.train", "--data",
+    p = launch([mpiexec(), "-n", "2", sys.executable, "-m", "hpcio.train", "--data",
                         ds.root, "--model", "emulate", "--batch", "8", "--out",
-                        str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
+                        str(tmp_path / "run")], timeout=120,
                        env=env)
     assert p.returncode == 0, p.stderr
     warn = [ln for ln in p.stderr.splitlines() if "warning" in ln]

@@ -4,7 +4,6 @@ and every bad input ends every rank with one line naming the problem."""
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -17,6 +16,7 @@ from common.datasets import records_of
 from common.failure import one_line
 from common.fs import private_mount
 from common.mpi import mpiexec, run_mpi, run_py
+from common.launch import launch
 
 GEN = ["-m", "hpcio.datagen", "generate"]
 
@@ -146,9 +146,8 @@ def test_output_under_a_file_is_one_line(tmp_path):
 
 def _launch(prefix, n, args, timeout=120):
     env = dict(os.environ)
-    return subprocess.run(prefix + [mpiexec(), "-n", str(n), sys.executable] + GEN +
-                          [str(a) for a in args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return launch(prefix + [mpiexec(), "-n", str(n), sys.executable] + GEN +
+                          [str(a) for a in args], timeout=timeout, env=env)
 
 
 @pytest.mark.mpi
@@ -167,8 +166,7 @@ def test_force_replaces_the_leftovers_of_a_failed_run(tmp_path, fmt):
     script = (f"{gen} --records {n} 2>/dev/null; echo rc=$?; touch {d}/mine.txt; "
               f"{gen} --records 20 2>&1 | grep -v Abort; {gen} --records 20 --force "
               f">/dev/null 2>&1; echo rc=$?; ls -A {d}")
-    p = subprocess.run(prefix + ["sh", "-c", script], capture_output=True, text=True,
-                       timeout=240)
+    p = launch(prefix + ["sh", "-c", script], timeout=240)
     out = p.stdout.splitlines()
     assert out[0] == "rc=2", p.stdout + p.stderr
     assert any("holds the leftovers of an hpcio run that did not finish" in ln

@@ -3,7 +3,6 @@ without the testbed (as an unprivileged user when the tests run as root). The de
 GlusterFS testbed is tested in tests/test_pfs.py (root, its CI lane)."""
 
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -14,6 +13,7 @@ from hpcio import demo
 from hpcio.errors import HpcioError
 
 from common.datasets import make_dataset
+from common.launch import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,8 +75,8 @@ def test_dataset_copied_once_and_whole(tmp_path):
 
 def _as_nobody(cmd):
     """``cmd`` run as nobody, or None when nobody cannot run this Python (e.g. under /root)."""
-    ok = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh",
-                         "-c", 'exec "$0" -c pass', sys.executable], capture_output=True)
+    ok = launch(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh",
+                         "-c", 'exec "$0" -c pass', sys.executable], text=False)
     if ok.returncode:
         return None
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + cmd
@@ -97,7 +97,7 @@ def test_demo_runs_on_local_disk_and_says_what_it_skipped():
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep +
                os.environ["PATH"], HOME=work)
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT,
+        p = launch(cmd, timeout=240, cwd=ROOT,
                            env=env)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         out = p.stdout
@@ -113,4 +113,4 @@ def test_demo_runs_on_local_disk_and_says_what_it_skipped():
         assert len(reports) == 1 and reports[0].endswith("-local")
         assert os.path.exists(os.path.join(work, reports[0], "report.html"))
     finally:
-        subprocess.run(["rm", "-rf", work])
+        launch(["rm", "-rf", work], capture=False, text=False)

@@ -6,7 +6,6 @@ import glob
 import json
 import os
 import struct
-import subprocess
 import sys
 import zlib
 from importlib.metadata import version
@@ -14,6 +13,7 @@ from importlib.metadata import version
 import pytest
 
 from common.fixtures import copy_run
+from common.launch import launch
 from hpcio.analyze import main
 from hpcio.errors import HpcioError
 from hpcio.explain.drishti import DrishtiMissing, verdicts
@@ -68,6 +68,7 @@ def _set_hints(path, hints):
         f.write(bytes(head) + packed + data[name_off:])
 
 
+@pytest.mark.mpi  # runs drishti
 def test_naive_hdf5_logs_small_and_misaligned_reads():
     """Drishti on the naive HDF5 log at 2 ranks (one h5py read per 16 KiB record): small
     reads and misaligned file requests, both HIGH, the shared file named; on the naive
@@ -90,6 +91,7 @@ def test_naive_hdf5_logs_small_and_misaligned_reads():
     assert "P05" not in {r["code"] for r in lmdb} and lmdb
 
 
+@pytest.mark.mpi  # runs drishti
 def test_report_puts_drishtis_verdicts_beside_the_findings(tmp_path):
     """The naive HDF5 run: Drishti's rows (most severe first) in report.md, report.html and
     summary.json, after hpcio's findings; its small-read count is hpcio's."""
@@ -130,8 +132,8 @@ def test_a_log_drishti_fails_on_is_one_line(tmp_path):
     coord = _copy("pfs-inet-lmdb-coordinated-n2", tmp_path / "in")
     log = _log(coord)
     _set_hints(log, "romio_no_indep_rw=true;cb_nodes=4;")
-    cli = subprocess.run([os.path.join(os.path.dirname(sys.executable), "drishti"), log],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    cli = launch([os.path.join(os.path.dirname(sys.executable), "drishti"), log],
+                         cwd=tmp_path, timeout=120)
     assert cli.returncode != 0 and "ValueError" in cli.stderr
     out = tmp_path / "out"
     assert main([naive, coord, "-o", str(out), "--format", "md,json"]) == 0
@@ -156,8 +158,7 @@ def test_timeout_and_missing_drishti_are_one_line(tmp_path):
                                          r"running after 0.01 s; stopped$"):
         verdicts(log, timeout=0.01)
     base = getattr(sys, "_base_executable", None)
-    if not base or subprocess.run([base, "-c", "import drishti"],
-                                  capture_output=True).returncode == 0:
+    if not base or launch([base, "-c", "import drishti"], text=False).returncode == 0:
         pytest.skip("no Python without drishti-io beside this one")
     with pytest.raises(DrishtiMissing, match=r"^Drishti not run: .* has no module \w+ "
                                              r"\(pip install 'hpcio\[analysis\]' installs "

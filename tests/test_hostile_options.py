@@ -5,7 +5,6 @@ line naming what is wrong, with a non-zero exit, before any work; never a traceb
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -16,7 +15,9 @@ from hpcio.data.dataset import open_dataset
 
 from common.datasets import error_lines, make_dataset
 from common import failure
+from common.inproc import run_main
 from common.mpi import mpiexec, run_mpi, run_py
+from common.launch import PIPE, spawn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAPFAULT = os.path.join(HERE, "mpi", "mapfault_naive.py")
@@ -74,7 +75,7 @@ B = ["-m", "hpcio.bench", "--data", "/nonexistent"]
 ])
 def test_numeric_option_out_of_range(tmp_path, cmd, args, says):
     cmd = [str(tmp_path / "out") if a == "OUT" else a for a in cmd]
-    p = run_py(cmd + args, timeout=60, cwd=tmp_path)
+    p = run_main(cmd + args, cwd=tmp_path)
     one_line(p, cmd[1].replace("-m ", ""), *says)
     assert p.returncode == 2
     assert not (tmp_path / "out").exists()
@@ -84,7 +85,7 @@ def test_config_value_out_of_range(tmp_path):
     """A config file's value is checked by the same type as the flag."""
     cfg = tmp_path / "c.yaml"
     cfg.write_text("compute_time: 1.0e+308\n")
-    p = run_py(T + ["--config", cfg], timeout=60, cwd=tmp_path)
+    p = run_main(T + ["--config", cfg], cwd=tmp_path)
     one_line(p, "hpcio.train", "compute_time", "between 0 and")
 
 
@@ -93,8 +94,8 @@ def test_config_value_out_of_range(tmp_path):
                                       ("leveldb", "raw"), ("images", "png")])
 def test_datagen_refuses_a_dataset_that_cannot_fit(tmp_path, fmt, enc):
     out = tmp_path / "d"
-    p = run_py(["-m", "hpcio.datagen", "generate", out, "--records", 10**15, "--format", fmt,
-                "--encoding", enc], timeout=60)
+    p = run_main(["-m", "hpcio.datagen", "generate", out, "--records", 10**15, "--format",
+                  fmt, "--encoding", enc])
     one_line(p, "hpcio.datagen", str(out), "no space for 1,000,000,000,000,000 records")
     assert not out.exists()  # refused before anything was made
 
@@ -105,7 +106,7 @@ def test_two_datagens_into_one_directory(tmp_path):
     cmd = [sys.executable, "-m", "hpcio.datagen", "generate", str(out), "--preset",
            "cifar10", "--records", "30000", "--format", "packed", "--shards", "4",
            "--encoding", "png", "--no-progress"]
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    with spawn(cmd, stdout=PIPE, stderr=PIPE,
                           text=True) as first:
         deadline = time.monotonic() + 60
         while not (out / ".hpcio-writing").exists():
@@ -140,7 +141,7 @@ def test_bad_manifest_names_file_and_field(tmp_path, data, edit, says):
     shutil.copytree(data["packed"].root, root)
     mpath = root / "hpcio.json"
     mpath.write_text(json.dumps(edit(json.loads(mpath.read_text()))))
-    p = run_py(["-m", "hpcio.datagen", "info", root], timeout=60)
+    p = run_main(["-m", "hpcio.datagen", "info", root])
     msg = one_line(p, "hpcio.datagen", says)
     assert msg.startswith(f"{mpath}: "), msg
 
@@ -157,7 +158,7 @@ def test_truncated_index_names_it(tmp_path, data, keep):
     mpath.write_text(json.dumps(m))
     size = ipath.stat().st_size
     os.truncate(ipath, int(size * keep) if isinstance(keep, float) else keep)
-    p = run_py(["-m", "hpcio.datagen", "info", root], timeout=60)
+    p = run_main(["-m", "hpcio.datagen", "info", root])
     msg = one_line(p, "hpcio.datagen", "not a readable record index")
     assert msg.startswith(f"{ipath}: "), msg
 
@@ -168,9 +169,9 @@ def test_bench_out_is_a_directory(tmp_path, data):
     d.mkdir()
     (d / "keep.txt").write_text("mine")
     t = time.monotonic()
-    p = run_py(["-m", "hpcio.bench", "--data", data["packed"].root, "--out", d,
-                "--readers", "naive", "--cache", "asis", "--shuffle", "none",
-                "--limits", "seq", "--repeat", "1", "--quiet"], timeout=120)
+    p = run_main(["-m", "hpcio.bench", "--data", data["packed"].root, "--out", d,
+                  "--readers", "naive", "--cache", "asis", "--shuffle", "none",
+                  "--limits", "seq", "--repeat", "1", "--quiet"])
     one_line(p, "hpcio.bench", f"--out {d} is a directory")
     assert time.monotonic() - t < 30
     assert sorted(os.listdir(d)) == ["keep.txt"]
@@ -179,9 +180,9 @@ def test_bench_out_is_a_directory(tmp_path, data):
 def test_bench_out_exists(tmp_path, data):
     f = tmp_path / "bench.json"
     f.write_text("the user's own file")
-    p = run_py(["-m", "hpcio.bench", "--data", data["packed"].root, "--out", f,
-                "--readers", "naive", "--cache", "asis", "--shuffle", "none",
-                "--limits", "seq", "--repeat", "1", "--quiet"], timeout=120)
+    p = run_main(["-m", "hpcio.bench", "--data", data["packed"].root, "--out", f,
+                  "--readers", "naive", "--cache", "asis", "--shuffle", "none",
+                  "--limits", "seq", "--repeat", "1", "--quiet"])
     one_line(p, "hpcio.bench", f"--out {f} exists (--force replaces it)")
     assert f.read_text() == "the user's own file"
 
@@ -223,7 +224,7 @@ def test_naive_lmdb_shard_truncated_while_training(tmp_path, data):
            "8", "--epochs", "200", "--shuffle", "global", "--progress", "lines",
            "--progress-interval", "0.2", "--out", str(tmp_path / "run")]
     err = []
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+    with spawn(cmd, stdout=PIPE, stderr=PIPE) as p:
         t = threading.Thread(target=lambda: err.append(p.stderr.read()), daemon=True)
         t.start()
         p.stdout.readline()  # training has begun

@@ -5,7 +5,6 @@ Every case is a real ``mpiexec -n 2`` job (or a real sweep of them)."""
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 
@@ -14,6 +13,7 @@ import pytest
 from common.datasets import error_lines, make_dataset
 from common.mpi import run_py
 from common.procs import Job, rank_pids
+from common.launch import PIPE, spawn
 from hpcio.errors import HpcioError
 from hpcio.sweep import _settings, outcome
 from hpcio.train.stop import STALL_EXIT
@@ -100,8 +100,8 @@ class Sweep:
     """A sweep in the background, in its own session (a terminal's foreground job)."""
 
     def __init__(self, args):
-        self.p = subprocess.Popen([sys.executable] + [str(a) for a in args],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        self.p = spawn([sys.executable] + [str(a) for a in args],
+                                  stdout=PIPE, stderr=PIPE, text=True,
                                   start_new_session=True)
         self.ranks = []
 

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -29,6 +28,7 @@ from hpcio.readers.base import FileCheck
 
 from common.datasets import error_lines, make_dataset
 from common.mpi import mpiexec, run_mpi
+from common.launch import PIPE, spawn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECK = os.path.join(HERE, "mpi", "check_integrity.py")
@@ -103,6 +103,7 @@ def test_file_check_names_every_change(tmp_path, base, how, says):
             FileCheck(ds)
 
 
+@pytest.mark.mpi  # the naive reader's fault reader is a process (hpcio.mapfault)
 @pytest.mark.parametrize("fmt", ["packed", "hdf5", "lmdb", "images", "leveldb"])
 def test_naive_reader_stops_at_a_shard_that_shrank(tmp_path, base, fmt):
     """One process, the naive reader: a shard truncated between two batches is found
@@ -194,7 +195,7 @@ def _train_and_truncate(ds, out, reader, shuffle, at_step, shard, size):
                 at.append(seen[0])
                 cut.set()
 
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as p:
+    with spawn(cmd, stdout=PIPE, stderr=PIPE) as p:
         t_err = threading.Thread(target=lambda: err.append(p.stderr.read()), daemon=True)
         t_out = threading.Thread(target=watch, args=(p.stdout,), daemon=True)
         t_err.start()
@@ -299,6 +300,7 @@ def _epoch(reader, ds, shuffle, steps=30, batch=8):
     return reader.stats
 
 
+@pytest.mark.mpi  # the naive reader's fault reader is a process (hpcio.mapfault)
 def test_counters_of_the_naive_reader(tmp_path, base):
     """packed: one pread per record, exactly the record bytes; images: an open per record
     and the reads Python's whole-file read makes; HDF5: the sieve buffer shows for 784-byte

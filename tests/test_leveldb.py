@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 
@@ -31,6 +30,7 @@ from hpcio.readers import make_reader
 from common.datasets import make_dataset, records_of
 from common import failure
 from common.mpi import run_mpi, run_py
+from common.launch import PIPE, launch, spawn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECK = os.path.join(HERE, "mpi", "check_readers.py")
@@ -125,8 +125,8 @@ class Holder:
             "sys.stdin.read()\ndb.close()\n")
 
     def __init__(self, path):
-        self.p = subprocess.Popen([sys.executable, "-c", self.CODE, str(path)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.p = spawn([sys.executable, "-c", self.CODE, str(path)],
+                                  stdin=PIPE, stdout=PIPE, text=True)
 
     def __enter__(self):
         assert self.p.stdout.readline().strip() == "held"
@@ -233,8 +233,8 @@ def test_directories_of_ranks_that_died_are_removed(tmp_path, monkeypatch):
     removes the private directories of processes that are gone, and no other."""
     ds = make_dataset(tmp_path, "leveldb", "raw", records=20, shards=1)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    gone = launch([sys.executable, "-c", "import os; print(os.getpid())"],
+                          check=True).stdout.strip()
     host = socket.gethostname()
     for pid in (gone, str(os.getpid())):
         (tmp_path / f"hpcio-leveldb-{host}-{pid}-x").mkdir()
@@ -250,6 +250,7 @@ def test_directories_of_ranks_that_died_are_removed(tmp_path, monkeypatch):
         native.close()
 
 
+@pytest.mark.mpi  # the naive reader's fault reader is a process (hpcio.mapfault)
 def test_cursor_walks_key_order_like_caffe(tmp_path):
     """access=cursor: the same bytes as one get per record; the records stepped over are
     the other ranks' (a new pass starts at a shard's first key)."""

@@ -6,7 +6,6 @@ different record counts (one line, exit 2, nothing written). No training runs he
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -15,6 +14,7 @@ import yaml
 
 from hpcio.explain.runs import STEP_COLUMNS
 from hpcio.errors import HpcioError
+from common.launch import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "analysis", "lim2016", "study.py")
@@ -149,8 +149,8 @@ def _runs(tmp_path, cfg, records):
 
 
 def _report(path, sweep, out):
-    return subprocess.run([sys.executable, SCRIPT, "report", "--config", path, "--sweeps",
-                           sweep, "--out", out], capture_output=True, text=True)
+    return launch([sys.executable, SCRIPT, "report", "--config", path, "--sweeps",
+                           sweep, "--out", out])
 
 
 def test_report_puts_each_store_beside_the_fastest_and_the_paper(tmp_path):

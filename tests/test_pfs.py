@@ -9,7 +9,6 @@ in all): it runs in its own CI lane (.ci/lane-pfs); ``make test`` deselects it
 
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -18,6 +17,7 @@ import pytest
 from hpcio import demo
 from hpcio.cache import cold_scope
 from common.failure import one_line
+from common.launch import launch
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.lane]  # daemons, a mount, ~70 s
 
@@ -33,11 +33,11 @@ def pfs(*args, user=None, timeout=180):
     cmd = [SCRIPT, *map(str, args)]
     if user:
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] + cmd
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    return launch(cmd, timeout=timeout)
 
 
 def namespace_up():
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    out = launch(["ip", "netns", "list"]).stdout
     return any(line.split()[0] == NETNS for line in out.splitlines() if line.strip())
 
 
@@ -73,8 +73,7 @@ def cold_small_reads(d, n):
             f"for i in range({n}):\n"
             f"    with open(os.path.join({d!r}, f's{{i:04d}}'), 'rb') as f: f.read()\n"
             "print(time.perf_counter() - t)")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=120)
+    p = launch([sys.executable, "-c", code], timeout=120)
     assert p.returncode == 0, p.stderr
     return float(p.stdout)
 
@@ -167,10 +166,10 @@ def test_demo_runs_on_the_testbed_up_and_leaves_it_up(testbed):
     work = testbed["tmp"] / "demo"
     env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep +
                os.environ["PATH"])
-    p = subprocess.run([sys.executable, "-m", "hpcio.demo", "--workdir", str(work),
+    p = launch([sys.executable, "-m", "hpcio.demo", "--workdir", str(work),
                         "--records", "128", "--ranks", "1,2", "--local-ranks", "1",
                         "--repeats", "1", "--batch", "8"],
-                       capture_output=True, text=True, timeout=300, env=env)
+                       timeout=300, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout
     assert (f"GlusterFS testbed at {testbed['mount']}, {DELAY_US} us per request (up "
@@ -194,8 +193,7 @@ def test_demo_runs_on_the_testbed_up_and_leaves_it_up(testbed):
 
 def test_stop_leaves_nothing(testbed):
     pids = [testbed["GLUSTERD"], testbed["CLIENT"]]
-    bricks = subprocess.run(["ip", "netns", "pids", NETNS], capture_output=True,
-                            text=True).stdout.split()
+    bricks = launch(["ip", "netns", "pids", NETNS]).stdout.split()
     assert len(bricks) >= 3                     # glusterd and two bricks
     p = pfs("stop", "--wipe")
     assert p.returncode == 0, p.stderr
@@ -203,7 +201,7 @@ def test_stop_leaves_nothing(testbed):
     assert not os.path.exists(testbed["mount"])   # start made it, stop removed it
     assert not [pid for pid in pids + bricks if alive(int(pid))]
     assert not namespace_up()
-    assert subprocess.run(["ip", "link", "show", "hpfs0"], capture_output=True).returncode
+    assert launch(["ip", "link", "show", "hpfs0"], text=False).returncode
     assert not os.path.exists(STATE)
     assert not os.path.exists(testbed["data"])
     assert pfs("status").returncode == 3

@@ -9,6 +9,7 @@ import pytest
 
 from hpcio.fsutil import evict
 from hpcio.measure import probes
+from common.launch import launch
 
 
 def test_cpu_and_machine():
@@ -46,7 +47,7 @@ def test_root_disk_agrees_everywhere(tmp_path):
 
 
 def _sh(*cmd):
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
+    return launch(cmd, check=True).stdout.strip()
 
 
 @pytest.fixture
@@ -82,12 +83,12 @@ def partition(tmp_path):
         yield name, mnt
     finally:
         if mounted:
-            subprocess.run(["umount", str(mnt)], check=False)
+            launch(["umount", str(mnt)], check=False, capture=False, text=False)
         if made:
             os.unlink(node)
         if parted:
-            subprocess.run(["delpart", loop, "1"], check=False)
-        subprocess.run(["losetup", "-d", loop], check=False)
+            launch(["delpart", loop, "1"], check=False, capture=False, text=False)
+        launch(["losetup", "-d", loop], check=False, capture=False, text=False)
 
 
 def test_partition_resolves_to_whole_disk(partition):

@@ -57,6 +57,7 @@ def test_workload_hash_ignores_where_and_when_and_sees_every_setting():
     assert workload(CONFIG)["plan"]["batch"] == 32
 
 
+@pytest.mark.mpi  # provenance runs git
 def test_git_state_of_this_checkout_and_of_none(tmp_path):
     here = git_state()
     if os.path.exists(os.path.join(os.path.dirname(os.path.dirname(__file__)), ".git")):
@@ -71,6 +72,7 @@ def test_git_state_without_git_installed():
     assert p.returncode == 0 and p.stdout.strip() == "None", p.stderr
 
 
+@pytest.mark.mpi  # provenance runs git
 def test_provenance_of_a_slurm_job_on_two_nodes():
     env = {"slurm_job_id": "42", "python": "3.11.7",
            "slurm": {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2"},

@@ -293,6 +293,7 @@ def test_bad_input_one_line_every_rank_ends(tmp_path, data, how, args, msg):
     assert not os.path.exists(tmp_path / "b.json")
 
 
+@pytest.mark.mpi  # the naive reader's fault reader is a process (hpcio.mapfault)
 def test_naive_cursor_walks_key_order_like_caffe(tmp_path):
     """access=cursor: the same bytes as one get per record; the records stepped over are
     the other ranks' (and a new pass starts at a shard's first key)."""

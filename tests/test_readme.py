@@ -6,10 +6,10 @@ with why it cannot here: ``# needs: root|slurm|gpu|cluster|spack|system-mpi|data
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import pytest
+from common.launch import launch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
@@ -104,8 +104,7 @@ def test_long_make_targets_exist():
         pytest.skip("no make")
     for cmd, comment in readme_commands():
         if marker(comment) == "long" and cmd.startswith("make "):
-            p = subprocess.run([make, "-n", *cmd.split()[1:]], cwd=ROOT, capture_output=True,
-                               text=True, timeout=60)
+            p = launch([make, "-n", *cmd.split()[1:]], cwd=ROOT, timeout=60)
             assert p.returncode == 0, f"{cmd}: {p.stderr.strip()}"
 
 
@@ -139,9 +138,8 @@ def test_runnable_commands_run_as_pasted(tmp_path):
     for cmd, comment in readme_commands():
         if marker(comment) is not None:
             continue
-        p = subprocess.run(["bash", "-c", "; ".join(["set -e"] + prelude + [cmd])],
-                           cwd=tmp_path, env=env, capture_output=True, text=True,
-                           timeout=90)  # seconds, not minutes, on 2 busy cores
+        p = launch(["bash", "-c", "; ".join(["set -e"] + prelude + [cmd])],
+                           cwd=tmp_path, env=env, timeout=90)  # seconds, not minutes, on 2 busy cores
         assert p.returncode == 0, (f"{cmd}\nexited {p.returncode}:\n{p.stderr[-3000:]}")
         if cmd == ACTIVATE:
             prelude.append(cmd)
@@ -150,6 +148,6 @@ def test_runnable_commands_run_as_pasted(tmp_path):
     assert made, "the commands wrote nothing"
     if shutil.which("git") and os.path.exists(os.path.join(ROOT, ".git")):
         for name in made:
-            p = subprocess.run(["git", "check-ignore", "-q", f"{name}/x"], cwd=ROOT)
+            p = launch(["git", "check-ignore", "-q", f"{name}/x"], cwd=ROOT, capture=False, text=False)
             assert p.returncode == 0, f"the README's commands wrote {name}/, which git " \
                                       f"does not ignore"

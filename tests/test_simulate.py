@@ -3,7 +3,6 @@ simulation sees it, and calibrate + predict end to end on the recorded testbed r
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from hpcio.plan import make_plan
 from hpcio.simulate.engine import INSTALL_HINT, Case, available
 from common.failure import one_line
+from common.launch import launch
 from hpcio.simulate.platform import load_platform
 from hpcio.simulate.workload import Workload
 
@@ -23,8 +23,8 @@ needs_simgrid = pytest.mark.skipif(not available()[0], reason=INSTALL_HINT)
 
 
 def _simulate(*args):
-    return subprocess.run([sys.executable, "-m", "hpcio.simulate", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return launch([sys.executable, "-m", "hpcio.simulate", *args], cwd=ROOT,
+                          timeout=300)
 
 
 GOOD = """

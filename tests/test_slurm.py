@@ -6,13 +6,13 @@ brings up a one-node Slurm; .ci/run does so when it is root), and is skipped oth
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
 from common.datasets import make_dataset
 from common.mpi import once_more, slurm_up
+from common.launch import launch
 
 why = slurm_up()
 pytestmark = pytest.mark.skipif(why is not None, reason=f"no Slurm here: {why}")
@@ -21,8 +21,7 @@ pytestmark = pytest.mark.skipif(why is not None, reason=f"no Slurm here: {why}")
 def _srun(n, args, timeout=180, env=None):
     cmd = ["srun", "--mpi=pmi2", "-n", str(n), "-O", "--kill-on-bad-exit=1",
            sys.executable] + [str(a) for a in args]
-    return once_more(lambda: (subprocess.run(cmd, capture_output=True, text=True,
-                                              timeout=timeout,
+    return once_more(lambda: (launch(cmd, timeout=timeout,
                                               env=dict(os.environ, **(env or {}))), ""))[0]
 
 
@@ -62,7 +61,7 @@ def _sbatch(tmp_path, script, args, n=2, env=None, timeout=600):
     e = dict(os.environ, HPCIO_VENV=sys.prefix, **(env or {}))
 
     def run():
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e)
+        p = launch(cmd, timeout=timeout, env=e)
         return p, log.read_text() if log.exists() else ""
     return once_more(run)
 

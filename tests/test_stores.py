@@ -2,11 +2,11 @@
 refusal of stores that hold different record counts, and footprints as du counts them."""
 
 import os
-import subprocess
 
 import pytest
 
 from common.datasets import make_dataset
+from common.launch import launch
 from hpcio.explain.stores import footprint, relative, same_records
 from hpcio.errors import HpcioError
 
@@ -39,8 +39,7 @@ def test_footprint_counts_allocated_blocks_without_the_manifest_and_index(tmp_pa
     ds = make_dataset(tmp_path, "images", "png", records=40, shards=1)
     total, files = footprint(ds.root)
     assert files == 40
-    du = subprocess.run(["du", "-s", "-B1", ds.root], capture_output=True, text=True,
-                        check=True)
+    du = launch(["du", "-s", "-B1", ds.root], check=True)
     hpcio = sum(os.stat(os.path.join(ds.root, f)).st_blocks * 512
                 for f in ("hpcio.json", "index.npz"))
     assert total == int(du.stdout.split()[0]) - hpcio

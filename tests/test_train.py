@@ -6,7 +6,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 
@@ -20,6 +19,7 @@ from common.failure import one_line
 from common.fs import private_mount
 from common.mpi import mpiexec, run_mpi, run_py
 from common.procs import Job
+from common.launch import launch
 from hpcio.formats import FORMATS as FORMAT_REGISTRY
 from hpcio.measure.steps import COMPONENTS, STEP_FIELDS
 from hpcio.train.emulate import ComputeTime
@@ -350,7 +350,7 @@ def test_exception_on_rank1_ends_the_job(tmp_path, data):
 
 def _hydra_version():
     """The launcher's hydra version, (0,) when it is not hydra."""
-    p = subprocess.run([mpiexec(), "--version"], capture_output=True, text=True, timeout=30)
+    p = launch([mpiexec(), "--version"], timeout=30)
     m = re.search(r"Version:\s+(\d+)\.(\d+)", p.stdout)
     return (int(m.group(1)), int(m.group(2))) if m else (0,)
 
@@ -446,9 +446,9 @@ def test_no_room_for_results_is_refused_before_training(tmp_path, data):
     """A full disk at the end would lose every figure the run measured: refused first."""
     ds = data("packed")
     prefix, mnt = private_mount(tmp_path, "size=512k")
-    p = subprocess.run(prefix + [mpiexec(), "-n", "2", sys.executable] + TRAIN + [
+    p = launch(prefix + [mpiexec(), "-n", "2", sys.executable] + TRAIN + [
         "--data", ds.root, "--model", "emulate", "--batch", "4", "--out", str(mnt / "run")],
-        capture_output=True, text=True, timeout=60)
+        timeout=60)
     assert p.returncode != 0
     line = _one_error(p)
     assert f"--out {mnt / 'run'}:" in line and "bytes free, the run needs about" in line

@@ -2,9 +2,9 @@
 
 import os
 import shutil
-import subprocess
 
 import pytest
+from common.launch import launch
 
 __all__ = ["private_mount"]
 
@@ -20,7 +20,7 @@ def private_mount(tmp_path, opts):
     flags = ["--mount"] if os.geteuid() == 0 else ["--mount", "--map-root-user"]
     script = f'mount -t tmpfs -o {opts} hpcio-test "{mnt}" && exec "$@"'
     prefix = [unshare] + flags + ["sh", "-c", script, "sh"]
-    probe = subprocess.run(prefix + ["true"], capture_output=True, text=True)
+    probe = launch(prefix + ["true"])
     if probe.returncode != 0:
         pytest.skip(f"cannot mount a private tmpfs here: {probe.stderr.strip()[:80]}")
     return prefix, mnt

@@ -2,8 +2,9 @@
 
 import os
 import shutil
-import subprocess
 import sys
+
+from .launch import TimeoutExpired, launch
 
 __all__ = ["mpiexec", "run_mpi", "run_py", "INIT_FLAKE", "once_more", "slurm_up"]
 
@@ -35,7 +36,7 @@ def run_mpi(n, args, timeout=180, check=False, env=None, cwd=None):
     cmd = [mpiexec(), "-n", str(n), sys.executable] + [str(a) for a in args]
     e = dict(os.environ)
     e.update(env or {})
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=e, cwd=cwd)
+    p = launch(cmd, timeout=timeout, env=e, cwd=cwd)
     if check and p.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {p.returncode}\n"
                              f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
@@ -46,8 +47,7 @@ def run_py(args, timeout=180, check=False, env=None, cwd=None):
     """``python args...`` without a launcher (MPI singleton)."""
     e = dict(os.environ)
     e.update(env or {})
-    p = subprocess.run([sys.executable] + [str(a) for a in args], capture_output=True,
-                       text=True, timeout=timeout, env=e, cwd=cwd)
+    p = launch([sys.executable] + list(args), timeout=timeout, env=e, cwd=cwd)
     if check and p.returncode != 0:
         raise AssertionError(f"python {args} exited {p.returncode}\n"
                              f"stdout:\n{p.stdout}\nstderr:\n{p.stderr}")
@@ -59,9 +59,8 @@ def slurm_up():
     if not shutil.which("srun") or not shutil.which("sinfo"):
         return "srun not installed"
     try:
-        p = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
-                           timeout=10)
-    except subprocess.TimeoutExpired:
+        p = launch(["sinfo", "-h", "-o", "%t"], timeout=10)
+    except TimeoutExpired:
         return "slurmctld does not answer"
     states = p.stdout.split()
     if p.returncode or not any(s.startswith(("idle", "mix")) for s in states):

@@ -3,10 +3,10 @@
 import glob
 import os
 import signal
-import subprocess
 import sys
 import time
 
+from .launch import PIPE, spawn
 from .mpi import mpiexec
 
 __all__ = ["Job", "rank_pids"]
@@ -52,10 +52,8 @@ class Job:
     def __init__(self, n, args, env=None):
         e = dict(os.environ)
         e.update(env or {})
-        self.p = subprocess.Popen([mpiexec(), "-n", str(n), sys.executable, "-m",
-                                   "hpcio.train"] + [str(a) for a in args],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env=e, start_new_session=True)
+        self.p = spawn([mpiexec(), "-n", n, sys.executable, "-m", "hpcio.train", *args],
+                       stdout=PIPE, stderr=PIPE, text=True, env=e, start_new_session=True)
         self.pids, self.cmdlines = [], {}
         self.stdout = self.stderr = ""
 
