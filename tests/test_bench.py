@@ -37,7 +37,6 @@ def test_summarize_ratio_and_spread():
     assert rows["seq"]["x_seq"][0] == 1.0 and rows["seq"]["x_seq_ranks"][0] == 0.5
 
 
-@pytest.mark.mpi
 def test_bench_runs_every_reader_and_limit(tmp_path_factory, tmp_path):
     ds = make_dataset(tmp_path_factory.getbasetemp() / "bench-data", "lmdb", "raw",
                       records=400, shards=2, seed=4)
@@ -92,7 +91,6 @@ def test_bench_gpu_without_a_gpu_is_one_line():
         "hpcio: error: no CUDA device visible: bench_gpu needs an NVIDIA GPU"]
 
 
-@pytest.mark.mpi
 def test_bench_writes_into_runs_and_never_over_a_result(tmp_path):
     ds = make_dataset(tmp_path / "d", "packed", "raw", records=128)
     args = ["-m", "hpcio.bench", "--data", ds.root, "--readers", "memory", "--cache",

@@ -17,7 +17,6 @@ def test_help_names_the_venv():
     assert p.returncode == 0 and ".venv-dlio" in p.stdout and "--contenders" in p.stdout
 
 
-@pytest.mark.mpi
 def test_hpcio_readers_on_a_tiny_unet(tmp_path):
     venv = tmp_path / "venv-dlio"
     out = tmp_path / "b.json"

@@ -60,7 +60,6 @@ if comm.rank == 0:
 """
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
 def test_under_mpi(tmp_path, ds, n):
     script = tmp_path / "cache_check.py"

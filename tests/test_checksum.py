@@ -21,7 +21,8 @@ from hpcio.readers import make_reader
 
 from common.datasets import error_lines, make_dataset
 from common.failure import one_line
-from common.mpi import run_mpi, run_py
+from common.inproc import run_main
+from common.mpi import run_mpi
 
 FORMATS = ["packed", "lmdb", "hdf5", "leveldb", "images", "npz", "tfrecord"]
 READERS = ["naive", "coordinated", "memory"]
@@ -97,7 +98,7 @@ def test_edited_index_refused_by_its_hash(tmp_path, base, how):
                                          r"manifest \(the index was edited") as e:
         open_dataset(ds.root)
     assert "\n" not in str(e.value)
-    p = run_py(["-m", "hpcio.datagen", "info", "--verify", ds.root])
+    p = run_main(["-m", "hpcio.datagen", "info", "--verify", ds.root])
     assert p.returncode != 0 and len(error_lines(p.stderr)) == 1
     assert "sha256 is not the one in the manifest" in p.stderr
 
@@ -144,7 +145,7 @@ def test_same_size_file_with_other_bytes_is_caught(tmp_path, base, fmt, reader):
     assert msg.startswith(f"{path}: record {i} at byte {int(ds.index.offset[i])} "
                           f"({int(ds.index.length[i])} bytes) is not the record indexed"), msg
     assert re.search(r"CRC32C [0-9a-f]{8}, the index says [0-9a-f]{8}", msg)
-    p = run_py(["-m", "hpcio.datagen", "info", "--verify", ds.root])
+    p = run_main(["-m", "hpcio.datagen", "info", "--verify", ds.root])
     assert p.returncode != 0 and len(error_lines(p.stderr)) == 1, p.stderr
 
 
@@ -161,7 +162,6 @@ def test_verify_size_and_off_deliver_what_is_there(tmp_path, base):
         make_reader("memory", ds, verify="bogus")
 
 
-@pytest.mark.mpi
 def test_bench_catches_a_replaced_shard_and_marks_unverified_figures(tmp_path, base):
     ds = copy(base["packed"], tmp_path / "d")
     _replace_record(ds, 10)
@@ -197,12 +197,14 @@ def test_old_index_note_and_update(tmp_path, base):
     assert old.index.crc is None
     with make_reader("naive", old) as r:
         assert r.verify == "size"  # by size only, as before
-    p = run_py(["-m", "hpcio.datagen", "info", "--verify", ds.root], check=True)
+    p = run_main(["-m", "hpcio.datagen", "info", "--verify", ds.root])
+    assert p.returncode == 0, p.stderr
     note = [ln for ln in p.stderr.splitlines() if ln.startswith("note:")]
     assert len(note) == 1 and f"index --update {ds.root}" in note[0]
-    run_py(["-m", "hpcio.datagen", "index", "--update", ds.root], check=True)
+    assert run_main(["-m", "hpcio.datagen", "index", "--update", ds.root]).returncode == 0
     new = open_dataset(ds.root)
     assert np.array_equal(new.index.crc, base["lmdb"].index.crc)
     assert new.manifest["index_sha256"]
-    p = run_py(["-m", "hpcio.datagen", "info", "--verify", ds.root], check=True)
+    p = run_main(["-m", "hpcio.datagen", "info", "--verify", ds.root])
+    assert p.returncode == 0, p.stderr
     assert "64 records' CRC32C" in p.stdout and "note:" not in p.stderr

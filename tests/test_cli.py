@@ -1,18 +1,24 @@
 """Every command answers ``--help`` without a launcher, without MPI starting, and exits 0;
 ``hpcio COMMAND`` runs each of them."""
 
+import contextlib
+import io
 import json
 import os
+import signal
+import sys
 
 import pytest
 import yaml
 
+from hpcio.__main__ import main
 from hpcio.cli import COMMANDS as TABLE
 from hpcio.cli import command_options, reader_options, reader_spec
 from hpcio.errors import HpcioError
 from hpcio.plan import BLOCK, WINDOW
 
 from common.datasets import make_dataset
+from common.inproc import run_main
 from common.mpi import run_mpi, run_py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -22,16 +28,41 @@ COMMANDS = ["datagen", "train", "bench", "sweep", "analyze", "results", "demo", 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_help(command):
-    p = run_py(["-m", f"hpcio.{command}", "--help"], timeout=120,
-               env={"MPIR_CVAR_DEBUG_SUMMARY": "1"})  # MPI_Init would print its netmod's
+    p = run_main(["-m", f"hpcio.{command}", "--help"])
     assert p.returncode == 0, p.stderr
     assert p.stdout.startswith("usage: ") and f"hpcio.{command}" in p.stdout.splitlines()[0]
+    assert not p.stderr.strip(), p.stderr
+
+
+HELP_ALL = """
+import contextlib, io, sys, warnings
+from hpcio.__main__ import main
+warnings.filterwarnings("ignore", "'hpcio.* found in sys.modules", RuntimeWarning)
+for name in sys.argv[1:]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main([name, "--help"])
+        except SystemExit as e:
+            assert e.code == 0, (name, e.code)
+    print(name, repr(out.getvalue().splitlines()[0]))
+print("MPI imported:", "mpi4py.MPI" in sys.modules)  # importing it starts MPI
+"""
+
+
+def test_help_starts_no_mpi():
+    """Every command's ``--help``, one after the other in one process, starts no MPI: its
+    netmod would print with MPIR_CVAR_DEBUG_SUMMARY, and mpi4py.MPI was never imported."""
+    p = run_py(["-c", HELP_ALL, *TABLE], timeout=180, env={"MPIR_CVAR_DEBUG_SUMMARY": "1"})
+    assert p.returncode == 0, p.stderr
     assert "netmod Capability" not in p.stdout + p.stderr and not p.stderr.strip(), p.stderr
+    assert p.stdout.splitlines()[-1] == "MPI imported: False", p.stdout
+    assert [ln.split()[0] for ln in p.stdout.splitlines()[:-1]] == list(TABLE)
 
 
 # ---- hpcio COMMAND (hpcio/__main__.py) ----------------------------------------------------
 def test_hpcio_help_lists_every_command():
-    p = run_py(["-m", "hpcio", "--help"], timeout=60)
+    p = run_main(["-m", "hpcio", "--help"])
     assert p.returncode == 0 and not p.stderr, p.stderr
     lines = p.stdout.splitlines()
     assert lines[0].startswith("usage: hpcio COMMAND")
@@ -51,13 +82,13 @@ def test_hpcio_help_imports_no_command():
 
 
 def test_hpcio_without_a_command():
-    p = run_py(["-m", "hpcio"], timeout=60)
+    p = run_main(["-m", "hpcio"])
     assert p.returncode == 2 and not p.stdout
     assert p.stderr.startswith("usage: hpcio COMMAND")
 
 
 def test_hpcio_unknown_command_is_one_line():
-    p = run_py(["-m", "hpcio", "trian", "--data", "x"], timeout=60)
+    p = run_main(["-m", "hpcio", "trian", "--data", "x"])
     assert p.returncode == 2 and not p.stdout
     assert p.stderr == (f"hpcio: unknown command 'trian' (choose from {', '.join(TABLE)}; "
                         "hpcio --help says what each does)\n")
@@ -65,17 +96,16 @@ def test_hpcio_unknown_command_is_one_line():
 
 @pytest.mark.parametrize("command", sorted(TABLE))
 def test_hpcio_command_help_is_the_commands(command):
-    p = run_py(["-m", "hpcio", command, "--help"], timeout=120,
-               env={"MPIR_CVAR_DEBUG_SUMMARY": "1"})
+    p = run_main(["-m", "hpcio", command, "--help"])
     assert p.returncode == 0, p.stderr
     first = p.stdout.splitlines()[0]
     assert first.startswith("usage: python -m " + TABLE[command][0]), first
-    assert "netmod Capability" not in p.stdout + p.stderr and not p.stderr.strip(), p.stderr
-    assert run_py(["-m", "hpcio", "help", command], timeout=120).stdout == p.stdout
+    assert not p.stderr.strip(), p.stderr
+    assert run_main(["-m", "hpcio", "help", command]).stdout == p.stdout
 
 
 def test_hpcio_command_exit_code_and_errors_are_the_commands():
-    p = run_py(["-m", "hpcio", "bench", "--data", "/nonexistent", "--batch", "0"], timeout=60)
+    p = run_main(["-m", "hpcio", "bench", "--data", "/nonexistent", "--batch", "0"])
     assert p.returncode == 2
     assert p.stderr.startswith("hpcio.bench: error: argument --batch: ")
 
@@ -84,10 +114,17 @@ def test_console_script_is_the_dispatcher():
     """setup.py's ``hpcio`` script calls :func:`hpcio.__main__.main` as pip's wrapper does."""
     with open(os.path.join(ROOT, "setup.py")) as f:
         assert '"hpcio = hpcio.__main__:main"' in f.read()
-    p = run_py(["-c", "import sys; from hpcio.__main__ import main; sys.exit(main())",
-                "train", "--help"], timeout=120)
-    assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith("usage: python -m hpcio.train")
+    out, argv = io.StringIO(), sys.argv
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as e:
+            main(["train", "--help"])
+    finally:  # what train's __main__ set for the process it thinks it owns
+        sys.argv = argv
+        for sig, h in handlers.items():
+            signal.signal(sig, h)
+    assert e.value.code == 0
+    assert out.getvalue().startswith("usage: python -m hpcio.train")
 
 
 # ---- shared argument groups: the reader and the plan --------------------------------------
@@ -144,8 +181,8 @@ def test_bench_prefetch_is_deprecated_in_one_line(tmp_path):
     """bench's old ``--prefetch`` still sets the reader's prefetch, with one line saying so;
     ``--reader-prefetch`` says nothing."""
     base = ["-m", "hpcio.bench", "--data", tmp_path / "none", "--out", tmp_path / "b.json"]
-    old = run_py(base + ["--prefetch", "3"], timeout=60)
-    new = run_py(base + ["--reader-prefetch", "3"], timeout=60)
+    old = run_main(base + ["--prefetch", "3"])
+    new = run_main(base + ["--reader-prefetch", "3"])
     note = ("hpcio.bench: --prefetch is deprecated, use --reader-prefetch (the same option, "
             "one spelling in every command); --prefetch goes in the next release")
     assert old.stderr.splitlines()[0] == note, old.stderr
@@ -175,15 +212,14 @@ def test_every_command_table_entry_is_a_module():
 
 
 def test_sweep_says_train_options_go_after_the_separator(tmp_path):
-    p = run_py(["-m", "hpcio.sweep", "--data", "D", "--ranks", "1,2", "--model", "emulate",
-                "--offline", "--batch=8", "--", "--steps", "3"], timeout=60, cwd=tmp_path)
+    p = run_main(["-m", "hpcio.sweep", "--data", "D", "--ranks", "1,2", "--model", "emulate",
+                  "--offline", "--batch=8", "--", "--steps", "3"], cwd=tmp_path)
     assert p.returncode == 2 and not p.stdout
     assert p.stderr == ("hpcio.sweep: error: --model is a hpcio.train option: put train "
                         "options after --, e.g. python -m hpcio.sweep --data D --ranks 1,2 "
                         "-- --model emulate --offline --batch=8 --steps 3\n")
     assert not os.listdir(tmp_path)  # no sweep directory, no spec read
-    p = run_py(["-m", "hpcio.sweep", "--data", "D", "--rankz", "1,2"], timeout=60,
-               cwd=tmp_path)
+    p = run_main(["-m", "hpcio.sweep", "--data", "D", "--rankz", "1,2"], cwd=tmp_path)
     assert p.returncode == 2
     assert p.stderr == ("hpcio.sweep: error: unrecognized arguments: --rankz (did you mean "
                         "--ranks?)\n")
@@ -203,12 +239,11 @@ def test_sweep_says_train_options_go_after_the_separator(tmp_path):
      "hpcio.bench and hpcio.simulate, not of hpcio.train; did you mean --reader?)"),
 ])
 def test_an_option_of_another_command_is_named(tmp_path, args, says):
-    p = run_py(args, timeout=120, cwd=tmp_path)
+    p = run_main(args, cwd=tmp_path)
     assert p.returncode == 2
     assert p.stderr.splitlines() == [says]
 
 
-@pytest.mark.mpi
 def test_hpcio_train_under_mpiexec_with_the_plan_options(tmp_path):
     """``mpiexec python -m hpcio train`` is a training run; train's --block and --window
     are its plan's (and its config's, which the simulation replays)."""

@@ -21,7 +21,6 @@ with open(f"{sys.argv[1]}/rank-{comm.rank}.json", "w") as f:
 """
 
 
-@pytest.mark.mpi
 def test_offsets_on_one_clock_are_within_their_bound(tmp_path):
     """Both ranks read one kernel's clock: the true offset is 0, so each estimate must be
     within half its round trip of it (plus the two clock reads' own cost)."""

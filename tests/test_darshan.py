@@ -371,7 +371,6 @@ def test_incomplete_tracing_is_named(tmp_path):
     assert darshan.dataset_files(str(tmp_path)) == 70
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("reader", ["naive", "coordinated"])
 def test_traced_training_run(tmp_path, lib, parser, reader):
     """hpcio.train --darshan: every rank re-executes itself preloaded, the log lands in the
@@ -399,7 +398,6 @@ def test_traced_training_run(tmp_path, lib, parser, reader):
         assert sum(mpiio.values()) == sum(r["read_bytes"] for r in ranks) > 0
 
 
-@pytest.mark.mpi
 def test_preloaded_without_the_config_is_said(tmp_path, lib):
     """A launcher that preloads Darshan itself, without the project's config: rank 0 says
     once, before training, that the log will miss the dataset's reads."""

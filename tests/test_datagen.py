@@ -15,7 +15,8 @@ from hpcio.formats import get_format
 from common.datasets import records_of
 from common.failure import one_line
 from common.fs import private_mount
-from common.mpi import mpiexec, run_mpi, run_py
+from common.inproc import run_main
+from common.mpi import mpiexec, run_mpi
 from common.launch import launch
 
 GEN = ["-m", "hpcio.datagen", "generate"]
@@ -29,7 +30,6 @@ def same_records(a, b):
     assert ra == rb
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("n,fmt,enc,shards", [
     (2, "packed", "png", 3), (2, "lmdb", "png", 3), (2, "hdf5", "raw", 3),
     (2, "images", "png", 3), (3, "lmdb", "jpeg", 4), (3, "hdf5", "png", 5),
@@ -50,14 +50,15 @@ def test_parallel_generation_matches_serial(tmp_path, n, fmt, enc, shards):
     assert f"records 45, shape" in p.stdout and p.stdout.count("format ") == 1
 
 
-@pytest.mark.mpi
 def test_default_command_and_info(tmp_path):
     out = tmp_path / "d"
-    p = run_py(["-m", "hpcio.datagen", out, "--records", 20, "--format", "lmdb"], check=True)
-    assert "format lmdb, encoding png, records 20" in p.stdout
-    p = run_py(["-m", "hpcio.datagen", "info", out, "--verify"], check=True)
+    p = run_main(["-m", "hpcio.datagen", out, "--records", 20, "--format", "lmdb"])
+    assert p.returncode == 0 and "format lmdb, encoding png, records 20" in p.stdout
+    p = run_main(["-m", "hpcio.datagen", "info", out, "--verify"])
+    assert p.returncode == 0
     assert "checksums: ok" in p.stdout and "preset mnist, seed 0" in p.stdout
-    p = run_py(["-m", "hpcio.datagen", "--help"], check=True)
+    p = run_main(["-m", "hpcio.datagen", "--help"])
+    assert p.returncode == 0
     for cmd in ("generate", "import", "index", "info"):
         assert cmd in p.stdout
 
@@ -70,29 +71,27 @@ def fails(p, *words):
     return line
 
 
-@pytest.mark.mpi
 def test_refuses_a_directory_that_is_not_a_dataset(tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "thesis.tex").write_text("precious")
-    p = run_mpi(2, GEN + [out, "--records", 10])
+    p = run_main(GEN + [out, "--records", 10])
     fails(p, "not an hpcio dataset", "--force")
-    p = run_mpi(2, GEN + [out, "--records", 10, "--force"])
+    p = run_main(GEN + [out, "--records", 10, "--force"])
     assert p.returncode == 0, p.stderr
     assert (out / "thesis.tex").read_text() == "precious"
     assert open_dataset(out).records == 10
 
 
-@pytest.mark.mpi
 def test_existing_dataset_needs_force_and_force_removes_only_hpcio_files(tmp_path):
     out = tmp_path / "d"
     generate(out, records=12, format="images", encoding="png", shards=2)
-    fails(run_py(GEN + [out, "--records", 5]), "already holds an hpcio dataset")
+    fails(run_main(GEN + [out, "--records", 5]), "already holds an hpcio dataset")
     # a user's file inside hpcio's shard folders, and one beside them
     (out / "shard-00000" / "0001" / "notes.txt").parent.mkdir(parents=True, exist_ok=True)
     (out / "shard-00000" / "0001" / "notes.txt").write_text("mine")
     (out / "README").write_text("mine too")
-    p = run_py(GEN + [out, "--records", 5, "--format", "packed", "--force"])
+    p = run_main(GEN + [out, "--records", 5, "--format", "packed", "--force"])
     assert p.returncode == 0, p.stderr
     ds = open_dataset(out)
     assert ds.format == "packed" and ds.records == 5
@@ -101,17 +100,15 @@ def test_existing_dataset_needs_force_and_force_removes_only_hpcio_files(tmp_pat
                     "shard-00000/0001/notes.txt"]
 
 
-@pytest.mark.mpi
 def test_never_overwrites_a_file_hpcio_did_not_write(tmp_path):
     out = tmp_path / "d"
     out.mkdir()
     (out / "shard-00000.rec").write_bytes(b"somebody else's shard")
-    fails(run_py(GEN + [out, "--records", 5, "--force"]), "shard-00000.rec",
+    fails(run_main(GEN + [out, "--records", 5, "--force"]), "shard-00000.rec",
           "not written by hpcio")
     assert (out / "shard-00000.rec").read_bytes() == b"somebody else's shard"
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("args,words", [
     (["--preset", "svhn"], ["--preset", "invalid choice", "svhn"]),
     (["--format", "petastorm"], ["--format", "invalid choice"]),
@@ -131,17 +128,23 @@ def test_never_overwrites_a_file_hpcio_did_not_write(tmp_path):
      ["the packed format stores uint8 records only"]),
     (["--format", "hdf5", "--dtype", "float16"], ["--dtype", "invalid choice"]),
 ])
-def test_bad_arguments_on_two_ranks(tmp_path, args, words):
-    p = run_mpi(2, GEN + [tmp_path / "d"] + args, timeout=60)
+def test_bad_arguments(tmp_path, args, words):
+    p = run_main(GEN + [tmp_path / "d"] + args)
     fails(p, *words)
     assert not (tmp_path / "d").exists()  # refused before anything is written
 
 
-@pytest.mark.mpi
+def test_a_bad_argument_on_two_ranks_is_one_line(tmp_path):
+    """Each rank refuses it, rank 0 alone says so (the ranks end together, no abort)."""
+    p = run_mpi(2, GEN + [tmp_path / "d", "--records", "3", "--shards", "4"], timeout=60)
+    fails(p, "--shards must be between 1 and")
+    assert p.returncode == 2 and not (tmp_path / "d").exists()
+
+
 def test_output_under_a_file_is_one_line(tmp_path):
     (tmp_path / "f").write_text("")
-    fails(run_mpi(2, GEN + [tmp_path / "f" / "d", "--records", 5]), "Not a directory")
-    fails(run_py(GEN + [tmp_path / "f", "--records", 5]), "exists and is not a directory")
+    fails(run_main(GEN + [tmp_path / "f" / "d", "--records", 5]), "Not a directory")
+    fails(run_main(GEN + [tmp_path / "f", "--records", 5]), "exists and is not a directory")
 
 
 def _launch(prefix, n, args, timeout=120):
@@ -150,7 +153,6 @@ def _launch(prefix, n, args, timeout=120):
                           [str(a) for a in args], timeout=timeout, env=env)
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("fmt", ["lmdb", "hdf5", "images"])
 def test_force_replaces_the_leftovers_of_a_failed_run(tmp_path, fmt):
     """A run that died of a full disk leaves its marker: without --force a rerun says what
@@ -177,7 +179,6 @@ def test_force_replaces_the_leftovers_of_a_failed_run(tmp_path, fmt):
         not t.startswith(".")]), p.stdout
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("fmt,enc", [("packed", "raw"), ("lmdb", "raw"), ("hdf5", "raw"),
                                      ("hdf5", "png"), ("images", "raw")])
 def test_disk_full_on_two_ranks(tmp_path, fmt, enc):
@@ -193,13 +194,11 @@ def test_disk_full_on_two_ranks(tmp_path, fmt, enc):
     fails(p, "no space")
 
 
-@pytest.mark.mpi
 def test_read_only_file_system(tmp_path):
     prefix, mnt = private_mount(tmp_path, "size=1m,ro")
     fails(_launch(prefix, 2, [mnt / "d", "--records", 5]), "read-only file system")
 
 
-@pytest.mark.mpi
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes through directory permissions")
 def test_unwritable_directory(tmp_path):
     d = tmp_path / "ro"
@@ -211,7 +210,6 @@ def test_unwritable_directory(tmp_path):
         d.chmod(0o755)
 
 
-@pytest.mark.mpi
 def test_float32_hdf5_on_two_ranks_matches_serial(tmp_path):
     """--dtype float32 (raw implied) written by 2 ranks: the serial records, Caffe's
     layout in the manifest and the summary."""

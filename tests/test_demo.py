@@ -82,7 +82,6 @@ def _as_nobody(cmd):
     return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + cmd
 
 
-@pytest.mark.mpi
 @pytest.mark.slow
 def test_demo_runs_on_local_disk_and_says_what_it_skipped():
     work = tempfile.mkdtemp(prefix="hpcio-demo-")

@@ -34,7 +34,6 @@ def _check_step(ranks, grad):
         assert r["weight"] == [pytest.approx([w - LR * g for w in r["weight0"][0]])]
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
 def test_torch_ddp_from_mpi(n):
     ranks = _ranks(run_mpi(n, [SCRIPT, "torch"], timeout=120))
@@ -53,13 +52,11 @@ def test_torch_ddp_from_mpi(n):
     assert all(r["settle"] is True for r in ranks)
 
 
-@pytest.mark.mpi
 def test_no_dist_keeps_local_gradients():
     ranks = _ranks(run_mpi(2, [SCRIPT, "none"], timeout=120))
     _check_step(ranks, lambda r: 2.0 * (r + 1))
 
 
-@pytest.mark.mpi
 @pytest.mark.lane
 @pytest.mark.skipif(not HOROVOD, reason="horovod not installed: make horovod "
                     "(.ci/lane-horovod builds it into .venv-horovod)")
@@ -83,7 +80,6 @@ def _refused(tmp_path, args, env=None):
     return line
 
 
-@pytest.mark.mpi
 @pytest.mark.skipif(HOROVOD, reason="horovod is installed here")
 def test_horovod_missing_is_one_line(tmp_path):
     line = _refused(tmp_path, ["--dist", "horovod"])
@@ -91,7 +87,6 @@ def test_horovod_missing_is_one_line(tmp_path):
     assert "`make horovod`" in line
 
 
-@pytest.mark.mpi
 @pytest.mark.lane
 @pytest.mark.skipif(not os.environ.get("HPCIO_HOROVOD_NOMPI"),
                     reason="HPCIO_HOROVOD_NOMPI (a Horovod built without MPI) not set: "
@@ -103,7 +98,6 @@ def test_horovod_without_mpi_is_one_line(tmp_path):
     assert "this Horovod was built without MPI (horovod.torch.mpi_built() is False)" in line
 
 
-@pytest.mark.mpi
 def test_cuda_without_a_gpu_is_one_line(tmp_path):
     import torch
     if torch.cuda.is_available():

@@ -11,14 +11,12 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi",
                       "guard_everywhere.py")
 
 
-@pytest.mark.mpi
 def test_an_error_every_rank_raised_ends_without_an_abort_banner():
     p = run_mpi(2, [SCRIPT, "all"], timeout=60)
     assert p.returncode == 2, p.stderr
     assert p.stderr.splitlines() == ["guard-test: error: the same failure everywhere"]
 
 
-@pytest.mark.mpi
 def test_a_rank_that_does_not_come_cannot_hold_the_job():
     """everywhere=True said wrongly (rank 1 waits in a collective): the ranks that raised
     wait FINISH_WAIT (2 s here) for it, then abort the job as before."""
@@ -30,7 +28,6 @@ def test_a_rank_that_does_not_come_cannot_hold_the_job():
     assert 2 <= took < 30, took
 
 
-@pytest.mark.mpi
 def test_a_failure_met_by_every_rank_at_once_is_said_once(tmp_path):
     """Ranks that lose a peer together (a node gone) race to create one file: the first
     says it, the others end without a word; the job still ends non-zero."""

@@ -70,7 +70,6 @@ def _both(tmp_path, ds):
     return [ln.split(": error: ", 1)[1] for ln in lines]
 
 
-@pytest.mark.mpi
 @pytest.mark.skipif(h5py.get_config().mpi, reason="this h5py has MPI")
 def test_mpio_without_parallel_h5py_is_one_line(tmp_path, sets):
     for msg in _both(tmp_path, sets["contiguous"]):
@@ -82,7 +81,6 @@ def test_mpio_without_parallel_h5py_is_one_line(tmp_path, sets):
                        f"pkgconfig installed; README: Parallel HDF5)")
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("name, says", [
     ("packed", "is a packed dataset, not HDF5"),
     ("blob", "holds encoded records in one byte blob (hdf5 layout blob), not rows of an "
@@ -117,7 +115,6 @@ def _check(n, data, readers, *extra):
 
 @parallel
 @pytest.mark.lane
-@pytest.mark.mpi
 @pytest.mark.parametrize("n, readers, shuffles, epochs", [
     (2, f"naive,coordinated,{MPIO},{MPIO}:mechanism=sync:request_bytes=1,"
         f"{MPIO}:collective=false:request_bytes=1:prefetch=0", "none,chunk,global", 2),
@@ -141,7 +138,6 @@ def test_mpio_exactly_once_same_bytes_as_the_other_readers(sets, n, readers, shu
 
 @parallel
 @pytest.mark.lane
-@pytest.mark.mpi
 def test_mpio_preload_delivers_the_same_batches(sets):
     """The next epoch's requests read while the current one ends, one collective reader
     (two with collective reads in flight at once can deadlock: CoordinatedReader.preload)."""
@@ -152,7 +148,6 @@ def test_mpio_preload_delivers_the_same_batches(sets):
 
 @parallel
 @pytest.mark.lane
-@pytest.mark.mpi
 @pytest.mark.parametrize("change, says", [("truncate", "shrank during the run"),
                                           ("replace", "replaced by another file")])
 def test_mpio_shard_changed_mid_epoch_is_one_line(tmp_path, sets, change, says):
@@ -171,7 +166,6 @@ def test_mpio_shard_changed_mid_epoch_is_one_line(tmp_path, sets, change, says):
 
 @parallel
 @pytest.mark.lane
-@pytest.mark.mpi
 @pytest.mark.parametrize("layout", ["contiguous", "chunked"])
 def test_training_with_mpio_adds_up(tmp_path, sets, layout):
     """2 ranks, 2 epochs: the run directory is whole, each step's parts sum to its wall

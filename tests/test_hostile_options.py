@@ -188,7 +188,6 @@ def test_bench_out_exists(tmp_path, data):
 
 
 # ---- the naive LMDB reader: a shard that shrinks under its memory map -------------------
-@pytest.mark.mpi
 def test_bus_error_in_a_mapped_shard_names_it(tmp_path, data):
     """The read races the truncation after the size check passed: the rank dies of SIGBUS,
     and its watcher prints the line the check would have."""
@@ -209,7 +208,6 @@ def test_bus_error_in_a_mapped_shard_names_it(tmp_path, data):
                       if q != shard}
 
 
-@pytest.mark.mpi
 def test_naive_lmdb_shard_truncated_while_training(tmp_path, data):
     """The audit's case: ``hpcio.train --reader naive`` at --compute-time 0 --batch 64 on 2
     ranks, the shard truncated mid-run: one line naming it, whichever comes first (the

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from common.datasets import error_lines, make_dataset
+from common.inproc import run_main
 from common.mpi import run_py
 from common.procs import Job, rank_pids
 from common.launch import PIPE, spawn
@@ -46,7 +47,6 @@ def _is_python(pid):
 
 # ---- hpcio.train ---------------------------------------------------------------------------
 
-@pytest.mark.mpi
 @pytest.mark.hostile
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_during_set_up_is_one_line_and_128_plus_it(tmp_path, data, signum):
@@ -67,7 +67,6 @@ def test_a_signal_during_set_up_is_one_line_and_128_plus_it(tmp_path, data, sign
     assert not (out / "summary.json").exists()
 
 
-@pytest.mark.mpi
 @pytest.mark.hostile
 def test_a_rank_stopped_before_finalize_ends_the_job_with_one_line(tmp_path, data):
     """Rank 0 stopped after its last write: rank 1 would wait in MPI_Finalize for ever;
@@ -154,7 +153,6 @@ def _agrees(out):
     return doc
 
 
-@pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.hostile
 @pytest.mark.parametrize("how", ["SIGKILL", "ctrl-c", "SIGTERM"])
@@ -209,7 +207,6 @@ def test_an_interrupted_sweep_resumes_on_the_first_try(tmp_path, data, how):
     assert r["history"][0]["status"] == ("interrupted" if how == "SIGKILL" else "cut_short")
 
 
-@pytest.mark.mpi
 @pytest.mark.hostile
 def test_a_run_cut_short_under_a_sweep_is_not_done(tmp_path, data):
     """SIGTERM to one rank of a sweep's run (an administrator, an OOM killer's warning):
@@ -282,12 +279,12 @@ def test_every_spec_value_is_checked_by_key(tmp_path, line, says):
 def test_a_bad_spec_is_one_line_and_no_directory(tmp_path):
     spec = tmp_path / "spec.yaml"
     spec.write_text(f"data: {tmp_path}\nranks: [1, two]\nout: {tmp_path}/sweep\n")
-    p = run_py(SWEEP + [spec], timeout=60)
+    p = run_main(SWEEP + [spec])
     assert p.returncode == 2 and p.stderr.splitlines() == [
         f"hpcio.sweep: error: spec {spec}: ranks [1, 'two']: expected a comma-separated "
         f"list of integers"], p.stderr
     assert not (tmp_path / "sweep").exists()
-    p = run_py(SWEEP + ["--data", tmp_path, "--reader", "naive,x", "--dry-run"], timeout=60)
+    p = run_main(SWEEP + ["--data", tmp_path, "--reader", "naive,x", "--dry-run"])
     assert p.returncode == 2 and p.stderr.startswith(
         "hpcio.sweep: error: --reader 'naive,x': unknown reader(s) x;"), p.stderr
 
@@ -304,7 +301,7 @@ def test_a_sweep_record_not_ours_is_one_line_and_kept(tmp_path, record, says):
     out = tmp_path / "sweep"
     out.mkdir()
     (out / "sweep.json").write_text(record)
-    p = run_py(SWEEP + ["--data", tmp_path, "--out", out], timeout=60)
+    p = run_main(SWEEP + ["--data", tmp_path, "--out", out])
     assert p.returncode == 2 and len(p.stderr.splitlines()) == 1, p.stderr
     assert p.stderr.startswith(f"hpcio.sweep: error: {out}/sweep.json: {says}"), p.stderr
     assert (out / "sweep.json").read_text() == record
@@ -314,7 +311,7 @@ def test_a_sweep_record_not_ours_is_one_line_and_kept(tmp_path, record, says):
 def test_an_out_that_is_a_file_is_one_line(tmp_path):
     f = tmp_path / "file"
     f.write_text("mine")
-    p = run_py(SWEEP + ["--data", tmp_path, "--out", f], timeout=60)
+    p = run_main(SWEEP + ["--data", tmp_path, "--out", f])
     assert p.returncode == 2 and p.stderr.splitlines() == [
         f"hpcio.sweep: error: --out {f}: cannot make the sweep directory (Not a directory: "
         f"{f}/runs)"], p.stderr

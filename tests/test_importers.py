@@ -24,7 +24,8 @@ from hpcio.train.decode import decode_records
 
 from common.datasets import records_of
 from common.failure import one_line
-from common.mpi import run_mpi, run_py
+from common.inproc import run_main
+from common.mpi import run_mpi
 
 DG = ["-m", "hpcio.datagen"]
 
@@ -57,7 +58,6 @@ def write_idx(path, arr, gz=False):
         f.write(data)
 
 
-@pytest.mark.mpi
 def test_import_mnist_idx(tmp_path):
     x, y = draw("mnist", 30)
     src = tmp_path / "mnist"
@@ -76,7 +76,7 @@ def test_import_mnist_idx(tmp_path):
                for i, r in enumerate(recs))
     assert ds.manifest["source"] == "import" and ds.manifest["import_kind"] == "mnist"
     (src / "train-labels-idx1-ubyte.gz").write_bytes(b"\x00\x00\x08\x01\x00\x00")
-    fails(run_py(DG + ["import", "mnist", src, tmp_path / "o2"]), "train-labels", "idx")
+    fails(run_main(DG + ["import", "mnist", src, tmp_path / "o2"]), "train-labels", "idx")
 
 
 def test_import_cifar10_batches(tmp_path):
@@ -120,7 +120,6 @@ def make_folder(root, n=12, classes=("cat", "dog", "eel"), enc="png"):
     return x, paths
 
 
-@pytest.mark.mpi
 def test_import_folder_keeps_or_reencodes(tmp_path):
     x, paths = make_folder(tmp_path / "src")
     ds = import_data("folder", str(tmp_path / "src"), str(tmp_path / "keep"),
@@ -139,14 +138,13 @@ def test_import_folder_keeps_or_reencodes(tmp_path):
         [pictures.decode(p.read_bytes(), "png").tobytes() for p in order]
 
 
-@pytest.mark.mpi
 def test_folder_with_an_unreadable_image(tmp_path):
     make_folder(tmp_path / "src", n=6)
     (tmp_path / "src" / "dog" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 40)
-    fails(run_mpi(2, DG + ["import", "folder", tmp_path / "src", tmp_path / "o",
+    fails(run_main(DG + ["import", "folder", tmp_path / "src", tmp_path / "o",
                            "--encoding", "raw"]), "broken.png", "unreadable image")
     (tmp_path / "src" / "dog" / "broken.png").write_bytes(b"not an image at all")
-    fails(run_mpi(2, DG + ["index", tmp_path / "src"]), "broken.png", "unreadable image")
+    fails(run_main(DG + ["index", tmp_path / "src"]), "broken.png", "unreadable image")
     assert not (tmp_path / "src" / "hpcio.json").exists()
 
 
@@ -166,13 +164,12 @@ def make_caffe_lmdb(path, n=10, encoded=True):
     return x, y
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("encoded", [True, False])
 def test_index_caffe_lmdb(tmp_path, encoded):
     env = tmp_path / "train_lmdb"
     x, y = make_caffe_lmdb(env, encoded=encoded)
-    p = run_py(DG + ["index", env], check=True)
-    assert "format lmdb" in p.stdout
+    p = run_main(DG + ["index", env])
+    assert p.returncode == 0 and "format lmdb" in p.stdout, p.stderr
     ds = open_dataset(env)
     assert ds.manifest["lmdb"]["value"] == "datum" and ds.manifest["lmdb"]["keys"] == "keys.npy"
     assert ds.encoding == ("jpeg" if encoded else "raw")
@@ -184,8 +181,8 @@ def test_index_caffe_lmdb(tmp_path, encoded):
             assert recs[i] == v[o:o + n] and lab == y[i]
     assert native_records(ds) == recs
     ds.verify_checksums()
-    fails(run_py(DG + ["index", env]), "already holds an hpcio manifest")
-    run_py(DG + ["index", env, "--force"], check=True)
+    fails(run_main(DG + ["index", env]), "already holds an hpcio manifest")
+    assert run_main(DG + ["index", env, "--force"]).returncode == 0
     assert sorted(os.listdir(env)) == ["data.mdb", "hpcio.json", "index.npz", "keys.npy",
                                        "lock.mdb"]
 
@@ -266,7 +263,6 @@ def test_index_caffe_float32_hdf5(tmp_path, preset, chunks, scale):
     assert got.dtype == np.float32 and np.array_equal(got, data[:4].transpose(0, 2, 3, 1))
 
 
-@pytest.mark.mpi
 def test_index_image_folder(tmp_path):
     x, paths = make_folder(tmp_path / "imgs", n=9, enc="jpeg")
     p = run_mpi(2, DG + ["index", tmp_path / "imgs"])
@@ -279,16 +275,15 @@ def test_index_image_folder(tmp_path):
     ds.verify_checksums()
 
 
-@pytest.mark.mpi
 def test_corrupt_and_truncated_inputs_to_index(tmp_path):
     env = tmp_path / "env"
     make_caffe_lmdb(env, n=40)
     data = env / "data.mdb"
     size = data.stat().st_size
     os.truncate(data, size // 2)
-    fails(run_mpi(2, DG + ["index", env], timeout=60), "data.mdb", "truncated")
+    fails(run_main(DG + ["index", env]), "data.mdb", "truncated")
     data.write_bytes(b"\xde\xad" * 8192)
-    fails(run_mpi(2, DG + ["index", env], timeout=60), "not a readable LMDB")
+    fails(run_main(DG + ["index", env]), "not a readable LMDB")
     f5 = tmp_path / "h" / "t.h5"
     f5.parent.mkdir()
     x, y = draw("mnist", 20)
@@ -296,15 +291,15 @@ def test_corrupt_and_truncated_inputs_to_index(tmp_path):
         f.create_dataset("images", data=x)
         f.create_dataset("labels", data=y)
     os.truncate(f5, f5.stat().st_size - 4000)
-    fails(run_mpi(2, DG + ["index", f5], timeout=60), "t.h5", "not a readable HDF5")
+    fails(run_main(DG + ["index", f5]), "t.h5", "not a readable HDF5")
     f5.write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 100)
-    fails(run_py(DG + ["index", f5]), "t.h5", "not a readable HDF5")
+    fails(run_main(DG + ["index", f5]), "t.h5", "not a readable HDF5")
     with h5py.File(f5, "w") as f:
         f.create_dataset("images", data=x, compression="gzip", chunks=(2, 28, 28, 1))
-    fails(run_py(DG + ["index", f5]), "compressed")
-    fails(run_py(DG + ["index", tmp_path / "nothing-here"]), "no such file")
+    fails(run_main(DG + ["index", f5]), "compressed")
+    fails(run_main(DG + ["index", tmp_path / "nothing-here"]), "no such file")
     with h5py.File(f5, "w") as f:  # Caffe's N x C x H x W, but big-endian
         f.create_dataset("data", data=np.zeros((20, 1, 28, 28), ">f4"))
         f.create_dataset("label", data=y.astype(np.float32))
-    fails(run_py(DG + ["index", f5]), "t.h5", "big-endian float32", "little-endian")
+    fails(run_main(DG + ["index", f5]), "t.h5", "big-endian float32", "little-endian")
     assert sorted(os.listdir(f5.parent)) == ["t.h5"]  # no manifest, no index

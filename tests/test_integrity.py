@@ -103,7 +103,6 @@ def test_file_check_names_every_change(tmp_path, base, how, says):
             FileCheck(ds)
 
 
-@pytest.mark.mpi  # the naive reader's fault reader is a process (hpcio.mapfault)
 @pytest.mark.parametrize("fmt", ["packed", "hdf5", "lmdb", "images", "leveldb"])
 def test_naive_reader_stops_at_a_shard_that_shrank(tmp_path, base, fmt):
     """One process, the naive reader: a shard truncated between two batches is found
@@ -132,7 +131,6 @@ def test_naive_reader_stops_at_a_shard_that_shrank(tmp_path, base, fmt):
 
 
 # ---- mid-epoch, every coordinated mechanism, under mpiexec -n 2 --------------------------
-@pytest.mark.mpi
 @pytest.mark.parametrize("fmt, reader, change, says", [
     ("packed", C, "truncate", "shrank during the run"),
     ("packed", C + ":mechanism=nonblocking", "truncate",
@@ -212,7 +210,6 @@ def _train_and_truncate(ds, out, reader, shuffle, at_step, shard, size):
     return p.returncode, err[0].decode(), at[0]
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("fmt, reader, shuffle", [
     ("lmdb", "coordinated", "none"), ("lmdb", "naive", "none"),
     ("packed", "coordinated", "none"), ("packed", "naive", "none"),
@@ -270,7 +267,6 @@ def test_bad_reader_option_is_one_line(reader, opts, says):
     assert e.value.everywhere
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("args, says", [
     (["--reader-option", "junk"], "--reader-option 'junk' is not of the form key=value"),
     (["--hint", "junk"], "--hint 'junk' is not of the form key=value"),
@@ -300,7 +296,6 @@ def _epoch(reader, ds, shuffle, steps=30, batch=8):
     return reader.stats
 
 
-@pytest.mark.mpi  # the naive reader's fault reader is a process (hpcio.mapfault)
 def test_counters_of_the_naive_reader(tmp_path, base):
     """packed: one pread per record, exactly the record bytes; images: an open per record
     and the reads Python's whole-file read makes; HDF5: the sieve buffer shows for 784-byte
@@ -344,7 +339,6 @@ def test_resident_bytes(tmp_path, base):
         resident_bytes(ds.paths)
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("reader", ["naive", "coordinated"])
 def test_counters_per_epoch_in_training(tmp_path, base, reader):
     """Cold epochs under mpiexec -n 2: each epoch's reader counters hold opens, calls and

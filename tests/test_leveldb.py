@@ -29,7 +29,8 @@ from hpcio.readers import make_reader
 
 from common.datasets import make_dataset, records_of
 from common import failure
-from common.mpi import run_mpi, run_py
+from common.inproc import run_main
+from common.mpi import run_mpi
 from common.launch import PIPE, launch, spawn
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -250,7 +251,6 @@ def test_directories_of_ranks_that_died_are_removed(tmp_path, monkeypatch):
         native.close()
 
 
-@pytest.mark.mpi  # the naive reader's fault reader is a process (hpcio.mapfault)
 def test_cursor_walks_key_order_like_caffe(tmp_path):
     """access=cursor: the same bytes as one get per record; the records stepped over are
     the other ranks' (a new pass starts at a shard's first key)."""
@@ -289,8 +289,8 @@ def test_index_a_leveldb_made_elsewhere(tmp_path, compression, values, keys):
     db = tmp_path / "train_leveldb"
     x, y = make_caffe_leveldb(db, compression=compression, values=values, keys=keys)
     before = snapshot(db)
-    p = run_py(DG + ["index", db], check=True)
-    assert "format leveldb" in p.stdout
+    p = run_main(DG + ["index", db])
+    assert p.returncode == 0 and "format leveldb" in p.stdout, p.stderr
     after = snapshot(db)
     assert {k: v for k, v in after.items() if k in before} == before
     assert set(after) - set(before) == {"hpcio.json", "index.npz"} | \
@@ -340,16 +340,15 @@ def test_log_with_records_is_refused_until_leveldb_moves_them(tmp_path):
     db = tmp_path / "fresh"
     make_caffe_leveldb(db, reopen=False)
     before = snapshot(db)
-    line = one_line(run_py(DG + ["index", db], timeout=60), "bytes of writes lie in its log",
+    line = one_line(run_main(DG + ["index", db]), "bytes of writes lie in its log",
                     "compact(")
     assert line.startswith("hpcio.datagen: error: ")
     assert snapshot(db) == before
     leveldb.compact(str(db))
-    run_py(DG + ["index", db], check=True)
+    assert run_main(DG + ["index", db]).returncode == 0
     assert open_dataset(db).records == 40
 
 
-@pytest.mark.mpi
 def test_locked_database_is_refused(tmp_path):
     """A LevelDB another process holds open: index and generate --force into it refuse
     with one line, and neither writes nor deletes anything."""
@@ -357,19 +356,19 @@ def test_locked_database_is_refused(tmp_path):
     make_caffe_leveldb(db)
     with Holder(db):
         before = snapshot(db)
-        one_line(run_mpi(2, DG + ["index", db], timeout=60), "locked by another process")
+        one_line(run_main(DG + ["index", db]), "locked by another process")
         assert snapshot(db) == before
     out = tmp_path / "ds"
-    run_py(DG + ["generate", out, "--format", "leveldb", "--records", "30", "--shards", "2"],
-           check=True)
+    assert run_main(DG + ["generate", out, "--format", "leveldb", "--records", "30",
+                          "--shards", "2"]).returncode == 0
     with Holder(out / "shard-00001.leveldb"):
         before = snapshot(out)
-        p = run_mpi(2, DG + ["generate", out, "--format", "leveldb", "--records", "20",
-                             "--force"], timeout=60)
+        p = run_main(DG + ["generate", out, "--format", "leveldb", "--records", "20",
+                           "--force"])
         one_line(p, "shard-00001.leveldb: locked by another process")
         assert snapshot(out) == before
-    run_py(DG + ["generate", out, "--format", "leveldb", "--records", "20", "--force"],
-           check=True)  # released: replaced, every file of the old databases gone
+    p = run_main(DG + ["generate", out, "--format", "leveldb", "--records", "20", "--force"])
+    assert p.returncode == 0, p.stderr  # released: replaced, every file of the old ones gone
     assert sorted(os.listdir(out)) == ["hpcio.json", "index.npz", "shard-00000.leveldb"]
 
 
@@ -405,18 +404,18 @@ def test_corrupt_database_to_index(tmp_path, how, says):
     make_caffe_leveldb(db, compression="none", n=200)
     _corrupt(db, how)
     before = snapshot(db)
-    line = one_line(run_py(DG + ["index", db], timeout=60), says)
+    line = one_line(run_main(DG + ["index", db]), says)
     assert str(db) in line and "/tmp/hpcio-leveldb-" not in line
     assert snapshot(db) == before
 
 
 def test_bad_format_options_are_one_line(tmp_path):
     base = DG + ["generate", tmp_path / "x", "--records", "8"]
-    one_line(run_py(base + ["--format", "leveldb", "--format-option", "compression=zlib"]),
+    one_line(run_main(base + ["--format", "leveldb", "--format-option", "compression=zlib"]),
              "leveldb compression=zlib: choose from none|snappy")
-    one_line(run_py(base + ["--format", "leveldb", "--format-option", "level=3"]),
+    one_line(run_main(base + ["--format", "leveldb", "--format-option", "level=3"]),
              "the leveldb format has no such option (it has value, compression)")
-    one_line(run_py(base + ["--format", "lmdb", "--format-option", "value=datum"]),
+    one_line(run_main(base + ["--format", "lmdb", "--format-option", "value=datum"]),
              "the lmdb format has no such option")
     assert not (tmp_path / "x").exists()
     with pytest.raises(HpcioError, match="has no option chunk_records"):
@@ -442,7 +441,6 @@ def _check(data, readers, *extra):
     assert "OK " in p.stdout
 
 
-@pytest.mark.mpi
 def test_every_reader_round_trips_byte_exact(sets):
     """check_readers.py: every record exactly once per epoch across the ranks, the source
     bytes, every reader the same sequence; snappy through the naive and memory readers."""
@@ -453,7 +451,6 @@ def test_every_reader_round_trips_byte_exact(sets):
     _check([sets["snappy"]], "naive,memory", "--shuffles", "chunk,global")
 
 
-@pytest.mark.mpi
 def test_parallel_generation_matches_serial(tmp_path):
     serial = generate(tmp_path / "serial", "mnist", 45, "leveldb", "png", shards=2, seed=3,
                       value="datum")
@@ -465,7 +462,6 @@ def test_parallel_generation_matches_serial(tmp_path):
     assert np.array_equal(records_of(par)[0], records_of(serial)[0])
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("reader", ["naive:access=cursor", "coordinated"])
 def test_training_on_leveldb(tmp_path, sets, reader):
     """LeNet on Caffe Datums of PNGs, 2 ranks: the naive reader as Caffe reads a LevelDB
@@ -482,7 +478,6 @@ def test_training_on_leveldb(tmp_path, sets, reader):
         assert json.load(f)["metrics"]["records"] == 2 * 4 * 3 * 2
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("how, reader, says", [
     ("truncated", "memory", "bytes on disk, the index says"),
     ("footer", "naive", "bad magic number"),

@@ -46,7 +46,6 @@ def test_a_terminal_gets_a_bar_and_off_is_silent(tmp_path):
         Progress(3, "step", "training", mode="sometimes")
 
 
-@pytest.mark.mpi
 def test_train_under_mpiexec_prints_progress_lines_on_stdout(tmp_path):
     ds = make_dataset(tmp_path / "d", "packed", "raw", records=256)
     p = run_mpi(2, ["-m", "hpcio.train", "--data", ds.root, "--model", "emulate",

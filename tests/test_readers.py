@@ -60,7 +60,6 @@ def test_registry():
         make_reader("bogus", None, None)
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("n", [2, 3])
 def test_every_format_exactly_once_same_bytes_same_sequence(data, n):
     """check_readers.py asserts, on every rank: ids = the plan, labels and bytes = the
@@ -82,7 +81,6 @@ def test_every_format_exactly_once_same_bytes_same_sequence(data, n):
             assert by[(name, sh, "1", "0")] != by[(name, sh, "1", "1")]
 
 
-@pytest.mark.mpi
 def test_same_seed_same_order_across_runs(data):
     """Two separate jobs (other reader variants, tiny requests, requests without the
     epoch-start ramp, nonblocking reads collective only where that pays) deliver the same
@@ -95,7 +93,6 @@ def test_same_seed_same_order_across_runs(data):
     assert a == b and len(a) == 2 * 3 * 2
 
 
-@pytest.mark.mpi
 def test_preload_delivers_the_same_batches(data):
     """Readers told the next plan before each epoch (the coordinated reader reads its first
     requests while the epoch before ends) deliver what readers without it do: the next
@@ -272,7 +269,6 @@ def broken_copy(tmp_path, data, how):
     return str(dst)
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("how,args,msg", [
     ("truncated", [], r"bytes on disk, the index says"),
     ("missing", [], r"shard file missing"),
@@ -293,7 +289,6 @@ def test_bad_input_one_line_every_rank_ends(tmp_path, data, how, args, msg):
     assert not os.path.exists(tmp_path / "b.json")
 
 
-@pytest.mark.mpi  # the naive reader's fault reader is a process (hpcio.mapfault)
 def test_naive_cursor_walks_key_order_like_caffe(tmp_path):
     """access=cursor: the same bytes as one get per record; the records stepped over are
     the other ranks' (and a new pass starts at a shard's first key)."""

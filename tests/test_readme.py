@@ -97,7 +97,6 @@ def test_torch_pins_agree():
         assert f"pip install {pin} --index-url" in f.read()
 
 
-@pytest.mark.mpi
 def test_long_make_targets_exist():
     make = shutil.which("make")
     if make is None:
@@ -128,7 +127,6 @@ def _fresh_shell_env():
     return env
 
 
-@pytest.mark.mpi
 @pytest.mark.slow
 def test_runnable_commands_run_as_pasted(tmp_path):
     if not os.path.exists(os.path.join(sys.prefix, "bin", "activate")):

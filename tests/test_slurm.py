@@ -25,7 +25,6 @@ def _srun(n, args, timeout=180, env=None):
                                               env=dict(os.environ, **(env or {}))), ""))[0]
 
 
-@pytest.mark.mpi
 def test_train_under_srun_is_one_mpi_world(tmp_path):
     ds = make_dataset(str(tmp_path), "lmdb", "png", preset="mnist", records=256, shards=2)
     out = tmp_path / "run"
@@ -40,7 +39,6 @@ def test_train_under_srun_is_one_mpi_world(tmp_path):
             "summary.json"} <= set(os.listdir(out))
 
 
-@pytest.mark.mpi
 def test_error_on_one_rank_ends_the_srun_job(tmp_path):
     ds = make_dataset(str(tmp_path), "packed", "raw", preset="mnist", records=256, shards=2)
     p = _srun(2, ["-m", "hpcio.train", "--data", ds.root, "--model", "emulate",
@@ -66,7 +64,6 @@ def _sbatch(tmp_path, script, args, n=2, env=None, timeout=600):
     return once_more(run)
 
 
-@pytest.mark.mpi
 @pytest.mark.slow
 def test_job_templates_make_data_train_and_sweep(tmp_path):
     data = tmp_path / "data"

@@ -17,6 +17,7 @@ import yaml
 from common.datasets import error_lines, make_dataset
 from common.failure import one_line
 from common.fs import private_mount
+from common.inproc import run_main
 from common.mpi import mpiexec, run_mpi, run_py
 from common.procs import Job
 from common.launch import launch
@@ -113,7 +114,6 @@ def check_run(out, ranks, steps, epochs, batch, cut_short=False):
     return summary
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("reader", READERS)
 @pytest.mark.parametrize("model", MODELS)
 def test_every_model_and_reader_completes(tmp_path, data, model, reader):
@@ -144,7 +144,6 @@ def test_every_model_and_reader_completes(tmp_path, data, model, reader):
         assert (z["first_bucket_wait"] < z["compute"]).all()
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("reader,opts", [("naive", []),
                                          ("memory", ["--reader-option", "hold=pymem"])])
 def test_trains_on_caffe_float32_hdf5(tmp_path, reader, opts):
@@ -167,7 +166,6 @@ def _draws(mean, std, dist, seed, rank, n):
     return np.array([ct.draw() for _ in range(n)])
 
 
-@pytest.mark.mpi
 def test_accounting_adds_up_with_emulated_steps(tmp_path, data):
     ds = data("packed", records=128)
     out = tmp_path / "run"
@@ -205,7 +203,6 @@ def test_accounting_adds_up_with_emulated_steps(tmp_path, data):
     assert summary["metrics"]["au_percent"] == pytest.approx(100 * np.mean(aus), rel=1e-9)
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("via", ["gloo", "mpi"])
 def test_fast_rank_waits_for_the_slow_one_in_the_exchange(tmp_path, data, via):
     """Ranks draw different compute times each step (seeded per rank): in every step the
@@ -249,7 +246,6 @@ def test_fast_rank_waits_for_the_slow_one_in_the_exchange(tmp_path, data, via):
     assert "straggler wait / exchange %" in p.stdout and f"over {via}" in p.stdout
 
 
-@pytest.mark.mpi
 def test_no_exchange_keeps_steps_independent(tmp_path, data):
     ds = data("packed")
     out = tmp_path / "run"
@@ -265,7 +261,6 @@ def test_no_exchange_keeps_steps_independent(tmp_path, data):
         in p.stdout
 
 
-@pytest.mark.mpi
 @pytest.mark.lane
 @pytest.mark.skipif(importlib.util.find_spec("horovod") is None,
                     reason="horovod not installed: make horovod (.ci/lane-horovod)")
@@ -290,7 +285,6 @@ def test_horovod_training_accounting_adds_up(tmp_path, data):
             np.testing.assert_allclose(np.diff(t0), w[:-1], rtol=0, atol=1e-9)
 
 
-@pytest.mark.mpi
 def test_config_file_checkpoints_and_single_rank(tmp_path, data):
     ds = data("lmdb")
     cfg = tmp_path / "cfg.yaml"
@@ -318,7 +312,6 @@ def test_config_file_checkpoints_and_single_rank(tmp_path, data):
         assert json.load(f)["checkpoints"]["count"] == 2
 
 
-@pytest.mark.mpi
 def test_exception_on_rank1_ends_the_job(tmp_path, data):
     ds = data("packed")
     out = tmp_path / "run"
@@ -355,7 +348,6 @@ def _hydra_version():
     return (int(m.group(1)), int(m.group(2))) if m else (0,)
 
 
-@pytest.mark.mpi
 @pytest.mark.hostile
 @pytest.mark.parametrize("target", ["mpiexec", "one-rank", "ctrl-c"])
 def test_signal_flushes_results_cut_short(tmp_path, data, target):
@@ -402,34 +394,43 @@ def _one_error(p):
     return one_line(p, "hpcio.train:", alone=False, raw=True)
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("args, says", [
     (["--model", "alexnet"], "invalid choice: 'alexnet'"),
     (["--batch", "0"], "--batch"),
-    (["--batch", "40"], "larger than the 32 records per rank"),
+    (["--batch", "80"], "larger than the 64 records per rank"),
     (["--compute-std", "0.1"], "--compute-dist"),
     (["--hint", "cb_nodes"], "key=value"),
     (["--offline", "--model", "cifar-quick", "--batch", "4"], "offline preprocessing needs"),
     (["--preprocess", "off", "--model", "lenet"], "only emulate runs on the bytes"),
     (["--reader-option", "bogus=1", "--batch", "4"], "reader 'coordinated' has no option bogus"),
     (["--model", "emulate", "--exchange-model", "vgg16"], "invalid choice: 'vgg16'"),
+])
+def test_bad_flags_give_one_line(tmp_path, data, args, says):
+    ds = data("packed")
+    p = run_main(TRAIN + ["--data", ds.root, "--out", tmp_path / "run"] + args)
+    assert says in _one_error(p)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--batch", "40"], "larger than the 32 records per rank"),
     (["--model", "emulate", "--batch", "4", "--exchange-bytes", str(1 << 60)],
      "bytes of memory"),
 ])
-def test_bad_flags_give_one_line(tmp_path, data, args, says):
+def test_bad_flags_on_two_ranks_are_one_line(tmp_path, data, args, says):
+    """What only ranks can get wrong (a rank's share of the records, 32 of 64 on 2; the
+    gradients' buffers, exchanged between ranks only): every rank refuses it, one says so."""
     ds = data("packed")
     p = run_mpi(2, TRAIN + ["--data", ds.root, "--out", tmp_path / "run"] + args,
                 timeout=60)
     assert says in _one_error(p)
 
 
-@pytest.mark.mpi
 def test_bad_data_and_config_give_one_line(tmp_path, data):
-    p = run_mpi(2, TRAIN + ["--data", tmp_path / "nothing"], timeout=60)
+    p = run_main(TRAIN + ["--data", tmp_path / "nothing"])
     assert "no such dataset directory" in _one_error(p)
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("batchsize: 4\n")
-    p = run_mpi(2, TRAIN + ["--config", cfg], timeout=60)
+    p = run_main(TRAIN + ["--config", cfg])
     assert "unknown option(s): batchsize" in _one_error(p)
     # a shard shorter than its index says: found before training, on rank 0, said once
     ds = make_dataset(tmp_path, "packed", "raw", records=64)
@@ -441,7 +442,6 @@ def test_bad_data_and_config_give_one_line(tmp_path, data):
     assert not (tmp_path / "run").exists()  # checks come before the run directory
 
 
-@pytest.mark.mpi
 def test_no_room_for_results_is_refused_before_training(tmp_path, data):
     """A full disk at the end would lose every figure the run measured: refused first."""
     ds = data("packed")
@@ -454,7 +454,6 @@ def test_no_room_for_results_is_refused_before_training(tmp_path, data):
     assert f"--out {mnt / 'run'}:" in line and "bytes free, the run needs about" in line
 
 
-@pytest.mark.mpi
 def test_overwritten_lmdb_shard_is_one_line(tmp_path):
     """The library's own error (LMDB's CorruptedError here) ends the job as one line naming
     the rank, what failed and its type; the traceback goes to the run directory."""
@@ -470,7 +469,6 @@ def test_overwritten_lmdb_shard_is_one_line(tmp_path):
     assert os.path.exists(line.rsplit("traceback in ", 1)[1])
 
 
-@pytest.mark.mpi
 def test_values_that_are_not_pictures(tmp_path):
     """An indexed LMDB of plain values (shape [N], not H x W x C): emulate reads its bytes;
     preprocessing it is one line, not a traceback."""
@@ -478,7 +476,7 @@ def test_values_that_are_not_pictures(tmp_path):
     with lmdb.open(str(env), map_size=16 << 20) as e, e.begin(write=True) as txn:
         for i in range(32):
             txn.put(b"%08d" % i, bytes([i]) * 100)
-    run_py(["-m", "hpcio.datagen", "index", env], check=True)
+    assert run_main(["-m", "hpcio.datagen", "index", env]).returncode == 0
     base = TRAIN + ["--data", env, "--model", "emulate", "--batch", 4, "--compute-time", 0]
     run_mpi(2, base + ["--out", tmp_path / "ok"], timeout=60, check=True)
     p = run_mpi(2, base + ["--preprocess", "on", "--out", tmp_path / "no"], timeout=60)

@@ -16,7 +16,6 @@ from hpcio.train.options import parse_args
 from hpcio.train.stop import STALL_EXIT, StopFlag, Watchdog
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("exchange, waits", [
     ("lenet", "gradient exchange"),  # every step
     ("none", "stop vote"),  # independent steps: the next vote, within 4 steps
@@ -82,7 +81,6 @@ def test_watchdog_marks_progress_and_stays_off_at_zero():
     wd.stop()
 
 
-@pytest.mark.mpi
 def test_watchdog_ends_a_process_without_mpi():
     p = run_py(["-c", "import time; from hpcio.train.stop import Watchdog; "
                       "Watchdog(0.5, 0, 'hpcio.x', waiting='a batch').start(); time.sleep(60)"],
