@@ -1,6 +1,10 @@
 # Set-up and the two commands of the README. Everything goes into $(VENV).
 #   make run            the main job on a small default
-#   make test           the test suite (several tests run under mpiexec -n 2 and -n 3)
+#   make test           the test suite less its CI lanes (-m 'not lane'): within 10 minutes
+#                       on 2 cores, its ten slowest tests and its time against that printed
+#   make test-fast      the tests that start no process (-m 'not mpi'): within 90 s
+#   make durations      the suite, recording each test's time in tests/durations.json
+#                       (a test over 20 s there is marked slow)
 #   make MPI=system ... build mpi4py against the MPI on PATH (module, spack, apt)
 #                       instead of the mpich wheel from PyPI (mpi4py 3.1 for MPICH < 4.1,
 #                       see scripts/install-mpi4py.sh)
@@ -22,7 +26,9 @@ EXTRAS_wheel = mpich,train,test,plot,analysis
 EXTRAS_system = train,test,plot,analysis
 BIN = $(abspath $(VENV))/bin
 
-.PHONY: run test setup horovod clean-venv
+PYTEST = PATH="$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=10
+
+.PHONY: run test test-fast durations setup horovod clean-venv
 
 setup: $(VENV)/.installed-$(MPI)
 	@scripts/install-simgrid.sh $(BIN)/python
@@ -46,7 +52,13 @@ run: setup
 	PATH="$(BIN):$$PATH" $(BIN)/python -m hpcio.demo
 
 test: setup
-	PATH="$(BIN):$$PATH" $(BIN)/python -m pytest -q -m "not lane" tests
+	HPCIO_TEST_BUDGET_S=600 $(PYTEST) -m "not lane" tests
+
+test-fast: setup
+	HPCIO_TEST_BUDGET_S=90 $(PYTEST) -m "not lane and not mpi" tests
+
+durations: setup
+	$(PYTEST) -m "not lane" --record-durations tests
 
 clean-venv:
 	rm -rf $(VENV)

@@ -2,8 +2,11 @@
 # Build Darshan (the LD_PRELOAD runtime and darshan-util) against the MPI that mpi4py uses,
 # so that a traced rank loads one MPI library, not two.
 #   scripts/darshan-local.sh build [--source TARBALL] [--prefix DIR]
-# TARBALL: the Darshan 3.5.0 source, darshan-3.5.0.tar.gz from the Darshan project, with its
-# configure script (default: ../shared/vendor/darshan-3.5.0.tar.gz beside the checkout).
+# TARBALL: the Darshan 3.5.0 source, darshan-3.5.0.tar.gz from the Darshan project (default:
+# ../shared/vendor/darshan-3.5.0.tar.gz beside the checkout, else PREFIX/darshan-3.5.0.tar.gz,
+# downloaded there from the project's release site ($DARSHAN_URL) when the network allows).
+# A source without its configure script gets one from ./prepare.sh (needs autoconf, automake
+# and libtool).
 # MPICC= picks the MPI compiler; by default the mpicc beside the Python in use ($PYTHON,
 # else python3 on PATH: the mpich wheel puts it in the venv's bin), else mpicc on PATH.
 # Prints the path of libdarshan.so. Skips the build when PREFIX was built for the same mpicc.
@@ -15,8 +18,9 @@ die() { echo "darshan-local: $*" >&2; exit 2; }
 cmd=${1:-}
 [ "$cmd" = build ] || die "usage: $0 build [--source TARBALL] [--prefix DIR]"
 shift
-src=$here/../shared/vendor/darshan-3.5.0.tar.gz
+src=""
 prefix=$here/.darshan
+url=${DARSHAN_URL:-https://web.cels.anl.gov/projects/darshan/releases/darshan-3.5.0.tar.gz}
 while [ $# -gt 0 ]; do
   case $1 in
     --source) [ $# -ge 2 ] || die "--source needs a tarball"; src=$2; shift 2 ;;
@@ -25,6 +29,24 @@ while [ $# -gt 0 ]; do
   esac
 done
 
+mkdir -p "$prefix" || die "cannot create $prefix"
+# The source: as given, else the vendored one, else one downloaded once into PREFIX.
+fetch() {
+  local to=$1 part=$1.part
+  echo "darshan-local: downloading $url" >&2
+  if command -v curl >/dev/null; then curl -fsSL --connect-timeout 20 --max-time 300 -o "$part" "$url"
+  elif command -v wget >/dev/null; then wget -q --timeout=20 -O "$part" "$url"
+  else return 1; fi && tar tzf "$part" >/dev/null 2>&1 && mv "$part" "$to" || { rm -f "$part"; return 1; }
+}
+if [ -z "$src" ]; then
+  for cand in "$here/../shared/vendor/darshan-3.5.0.tar.gz" "$prefix/darshan-3.5.0.tar.gz"; do
+    [ -f "$cand" ] && { src=$cand; break; }
+  done
+  if [ -z "$src" ]; then
+    src=$prefix/darshan-3.5.0.tar.gz
+    fetch "$src" || die "no Darshan source: none at ../shared/vendor/ nor $src, and $url could not be fetched; name the Darshan 3.5.0 source with --source TARBALL"
+  fi
+fi
 [ -f "$src" ] || die "no Darshan source tarball at $src: name the Darshan 3.5.0 source (darshan-3.5.0.tar.gz from the Darshan project) with --source TARBALL"
 src=$(cd "$(dirname "$src")" && pwd)/$(basename "$src")
 
@@ -39,7 +61,6 @@ given=$MPICC
 [ -x "$MPICC" ] || MPICC=$(command -v "$MPICC" || true)
 [ -n "$MPICC" ] && [ -x "$MPICC" ] || die "MPICC is not an executable: $given"
 MPICC=$(cd "$(dirname "$MPICC")" && pwd)/$(basename "$MPICC")
-mkdir -p "$prefix" || die "cannot create $prefix"
 prefix=$(cd "$prefix" && pwd)
 
 # What the build depends on: the compiler wrapper, the MPI it wraps, and the source.
@@ -71,7 +92,11 @@ start=$(date +%s)
 echo "darshan-local: building $(basename "$src") with $MPICC into $prefix (log: $log)" >&2
 tar xzf "$src" -C "$work" || die "cannot unpack $src"
 srcdir=$(find "$work" -mindepth 1 -maxdepth 1 -type d | head -n 1)
-[ -x "$srcdir/configure" ] || die "no configure script in $src (a git checkout needs its ./prepare.sh run first, with autotools)"
+if [ ! -x "$srcdir/configure" ]; then
+  command -v autoreconf >/dev/null && command -v libtoolize >/dev/null \
+    || die "no configure script in $src, and no autotools to make one (apt-get install autoconf automake libtool)"
+  (cd "$srcdir" && ./prepare.sh) >"$log" 2>&1 || die "./prepare.sh failed in $src (see $log)"
+fi
 mkdir "$work/build"
 (
   cd "$work/build"

@@ -1,6 +1,7 @@
 import collections
 import os
 import sys
+import time
 
 import pytest
 
@@ -14,6 +15,7 @@ from common import tiers  # noqa: E402  (needs the path above)
 _running = {"item": None}
 _measured = collections.defaultdict(float)  # test id: seconds, setup + call + teardown
 _unpassed = set()
+_started = time.monotonic()
 
 
 def pytest_addoption(parser):
@@ -105,6 +107,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.write_line(
             f"outgrew the fast tiers (> {tiers.SLOW_S:g} s, not marked slow; "
             f"pytest --record-durations updates tests/durations.json): " + ", ".join(grown))
+    budget = float(os.environ.get("HPCIO_TEST_BUDGET_S", 0) or 0)
+    if budget:  # the Makefile's targets name theirs: test 600 s, test-fast 90 s
+        took = time.monotonic() - _started
+        terminalreporter.write_line(
+            f"time: {took:.0f} s of the {budget:.0f} s budget" +
+            ("" if took <= budget else " - OVER BUDGET: see the slowest tests below, and "
+             "tests/durations.json"))
     skips = _skip_reasons(terminalreporter)
     if skips:
         terminalreporter.write_line("skipped, by reason: " + "; ".join(

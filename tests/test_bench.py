@@ -11,6 +11,7 @@ from hpcio.bench import parse_reader
 from hpcio.errors import HpcioError
 
 from common.datasets import make_dataset
+from common.inproc import run_main
 from common.mpi import run_mpi
 from common.launch import launch
 
@@ -95,16 +96,16 @@ def test_bench_writes_into_runs_and_never_over_a_result(tmp_path):
     ds = make_dataset(tmp_path / "d", "packed", "raw", records=128)
     args = ["-m", "hpcio.bench", "--data", ds.root, "--readers", "memory", "--cache",
             "warm", "--shuffle", "none", "--repeat", "1", "--limits", "seq"]
-    p = run_mpi(1, args, timeout=120, cwd=tmp_path)
+    p = run_main(args, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     made = os.listdir(tmp_path / "runs")
     assert len(made) == 1 and made[0].startswith("bench-") and made[0].endswith(".json")
     out = tmp_path / "runs" / made[0]
     before = out.read_text()
-    p = run_mpi(1, args + ["--out", out], timeout=120, cwd=tmp_path)
+    p = run_main(args + ["--out", out], cwd=tmp_path)
     assert p.returncode == 2
     assert p.stderr.strip() == f"hpcio.bench: error: --out {out} exists (--force replaces it)"
     assert out.read_text() == before
-    p = run_mpi(1, args + ["--out", out, "--force"], timeout=120, cwd=tmp_path)
+    p = run_main(args + ["--out", out, "--force"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert json.loads(out.read_text())["runs"]

@@ -15,15 +15,17 @@ import pytest
 
 from common.datasets import make_dataset
 from common.failure import one_line
+from common.inproc import run_main
 from common.mpi import mpiexec, run_mpi, run_py, slurm_up
 from common.launch import launch
 from hpcio.errors import HpcioError
 from hpcio.measure import darshan, darshanlog
 
+from common.fixtures import FIXTURES
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 TARBALL = os.path.join(SHARED, "vendor", "darshan-3.5.0.tar.gz")
-FIXTURES = os.path.join(SHARED, "fixtures")
 BUILD = os.path.join(ROOT, "scripts", "darshan-local.sh")
 WORKLOAD = os.path.join(ROOT, "tests", "mpi", "darshan_read.py")
 BIN = os.path.dirname(sys.executable)
@@ -283,7 +285,7 @@ def test_bad_logs(tmp_path):
     junk.write_bytes(b"3.41" + bytes(2000))
     with pytest.raises(HpcioError, match="is not a Darshan 3 log"):
         darshanlog.log_is_partial(str(junk))
-    p = run_py(["-m", "hpcio.measure.darshan", "summary", str(junk)], timeout=60)
+    p = run_main(["-m", "hpcio.measure.darshan", "summary", str(junk)])
     assert "is not a Darshan 3 log" in one_line(p)
 
 

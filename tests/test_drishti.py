@@ -21,12 +21,11 @@ from hpcio.explain.report import analyse
 from hpcio.explain.runs import load
 from hpcio.measure.darshanlog import HEADER_BYTES, MAGIC, inflate
 
+from common.fixtures import FIXTURES, LOGS, RUNS  # noqa: E402
+
 pytest.importorskip("drishti", reason="drishti-io is not installed: pip install hpcio[analysis]")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FIXTURES = os.path.join(os.path.dirname(ROOT), "shared", "fixtures")
-RUNS = os.path.join(FIXTURES, "hpcio-runs")
-LOGS = os.path.join(FIXTURES, "darshan")
 
 
 @pytest.fixture(autouse=True)

@@ -1,14 +1,19 @@
-"""The shared fixtures (``../shared/fixtures``), read-only, and writable copies of them."""
+"""The recorded fixtures the tests read (``tests/fixtures``: real hpcio runs and Darshan
+logs, each folder's README says how they were recorded), and writable copies of them."""
 
 import os
 import shutil
 
-__all__ = ["copy_run"]
+__all__ = ["FIXTURES", "RUNS", "LOGS", "copy_run"]
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
+RUNS = os.path.join(FIXTURES, "hpcio-runs")  # hpcio.train runs, each with its Darshan log
+LOGS = os.path.join(FIXTURES, "darshan")  # Darshan 3.5.0 logs of the four access patterns
 
 
 def copy_run(runs, name, dest):
-    """A writable copy of fixture run ``name`` of folder ``runs`` in ``dest`` (shared/ is
-    read-only); returns its path."""
+    """A writable copy of fixture run ``name`` of folder ``runs`` in ``dest`` (the fixtures
+    stay as recorded); returns its path."""
     d = os.path.join(str(dest), name)
     shutil.copytree(os.path.join(runs, name), d)
     for p, _, files in os.walk(d):

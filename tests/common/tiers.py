@@ -20,7 +20,7 @@ import types
 
 from . import launch
 
-__all__ = ["SLOW_S", "DURATIONS", "launches", "load_durations", "save_durations",
+__all__ = ["SLOW_S", "DURATIONS", "launches", "exempt", "load_durations", "save_durations",
            "guard_launches"]
 
 #: a test measured above this many seconds (setup, call and teardown) is ``slow``
@@ -36,7 +36,7 @@ STDLIB_PROBES = {"uname", "ldconfig"}
 WATCHER = "from hpcio.mapfault import main"
 
 
-def _helper(argv):
+def exempt(argv):
     """True for the few processes a test in any tier may start without knowing it."""
     exe = os.path.basename(str(argv[0]).split()[0]) if argv else ""
     return exe in STDLIB_PROBES or any(WATCHER in str(a) for a in argv)
@@ -140,7 +140,7 @@ class guard_launches:
 
         def execute_child(popen, args, *rest, **kw):
             argv = [args] if isinstance(args, (str, bytes)) else list(args)
-            if not _helper(argv) and not guard.allowed():
+            if not exempt(argv) and not guard.allowed():
                 what = " ".join(map(str, argv[:3]))
                 guard.fail(f"this test starts a process ({what} ...) but is not in the mpi "
                            "tier: start it with common.launch (launch, spawn) or mark the "
