@@ -1,7 +1,7 @@
 """``python -m hpcio.analyze`` on 100 runs x 8 ranks traced with DXT: time and peak memory.
 
     python benchmarks/bench_analyze.py [--runs 100] [--ranks 8] [--out /tmp/bench-analyze]
-        [--source ../shared/fixtures/hpcio-runs/local-mnist-hdf5-naive-n2]
+        [--source tests/fixtures/hpcio-runs/local-mnist-hdf5-naive-n2]
 
 Synthesises the runs from a real traced 2-rank run (by default the naive HDF5 one: 12,278
 DXT segments, one per 784-byte record read): rank r of a copy is rank r % 2 of the source,
@@ -25,7 +25,7 @@ import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-FIXTURE = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "hpcio-runs",
+FIXTURE = os.path.join(ROOT, "tests", "fixtures", "hpcio-runs",
                        "local-mnist-hdf5-naive-n2")
 sys.path.insert(0, ROOT)
 

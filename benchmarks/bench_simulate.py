@@ -21,7 +21,7 @@ from hpcio.simulate.engine import Case  # noqa: E402
 from hpcio.simulate.platform import load_platform  # noqa: E402
 from hpcio.simulate.workload import workload_from_run  # noqa: E402
 
-RUNS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "hpcio-runs")
+RUNS = os.path.join(ROOT, "tests", "fixtures", "hpcio-runs")
 BUDGET_S = 60.0
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from common.datasets import make_dataset
 from common.failure import one_line
+from common.inproc import run_main
 from common.mpi import run_py
 from hpcio.explain.accelerators import judge, rules, search
 
@@ -93,8 +94,8 @@ def test_when_the_smallest_count_fails_the_answer_is_0_and_exit_0(data, tmp_path
 
 @pytest.mark.hostile
 def test_a_search_without_a_threshold_says_how_to_give_one(data, tmp_path):
-    p = run_py(["-m", "hpcio.sweep", "--data", data.root, "--reader", "naive",
-                "--find-max-accelerators", "--out", tmp_path / "s", *TRAIN])
+    p = run_main(["-m", "hpcio.sweep", "--data", data.root, "--reader", "naive",
+                  "--find-max-accelerators", "--out", tmp_path / "s", *TRAIN])
     assert "--au-threshold" in one_line(p, "hpcio.sweep")
     assert not (tmp_path / "s").exists()
 
@@ -120,11 +121,11 @@ def test_past_the_largest_count_the_simulation_answers_marked_simulated(data, tm
 
 
 def test_a_workload_is_emulated_compute_so_its_search_may_oversubscribe(data, tmp_path):
-    p = run_py(["-m", "hpcio.sweep", "--data", data.root, "--reader", "naive", "--ranks",
-                "1,64", "--dry-run", "--out", tmp_path / "s", "--", "--workload",
-                "resnet50_h100"])
+    p = run_main(["-m", "hpcio.sweep", "--data", data.root, "--reader", "naive", "--ranks",
+                  "1,64", "--dry-run", "--out", tmp_path / "s", "--", "--workload",
+                  "resnet50_h100"])
     assert p.returncode == 0 and p.stdout.count("-n 64") == 1, p.stdout + p.stderr
-    p = run_py(["-m", "hpcio.sweep", "--data", data.root, "--reader", "naive", "--ranks",
-                "64", "--dry-run", "--out", tmp_path / "s", "--", "--workload",
-                "resnet50_h100", "--model", "lenet"])
+    p = run_main(["-m", "hpcio.sweep", "--data", data.root, "--reader", "naive", "--ranks",
+                  "64", "--dry-run", "--out", tmp_path / "s", "--", "--workload",
+                  "resnet50_h100", "--model", "lenet"])
     assert "only emulated compute" in one_line(p, "hpcio.sweep")

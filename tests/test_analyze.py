@@ -1,5 +1,5 @@
 """``python -m hpcio.analyze``: the real run directories and Darshan logs in
-../shared/fixtures/hpcio-runs (the checkout's sibling ``shared/``), a sweep made here at 1, 2
+tests/fixtures/hpcio-runs, a sweep made here at 1, 2
 and 3 ranks, every kind of bad input, and the scaling model's fit and check."""
 
 import glob
@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import yaml
 
+from common.fixtures import RUNS
 from common.datasets import make_dataset
+from common.inproc import run_main
 from common.mpi import run_py
 from common.launch import launch
 from hpcio.explain import model
@@ -22,7 +24,6 @@ from hpcio.measure import darshanlog
 from hpcio.measure.darshanlog import find_parser
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "hpcio-runs")
 PFS = [os.path.join(RUNS, f"pfs-inet-lmdb-{r}-n{n}") for r in ("naive", "coordinated")
        for n in (1, 2, 4)]
 ANALYZE = ["-m", "hpcio.analyze"]
@@ -172,7 +173,7 @@ def test_counter_readers_agree():
 # --- the fixture sweep -----------------------------------------------------------------
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi  # analyze runs Drishti in a child Python on each Darshan log
 def test_fixture_sweep_answers_why_naive_stalls(tmp_path):
     """GlusterFS, 500 us a request, naive and coordinated at 1, 2 and 4 ranks: the report
     explains the naive reader's stall with hpcio's and Darshan's numbers, and checks its
@@ -181,7 +182,7 @@ def test_fixture_sweep_answers_why_naive_stalls(tmp_path):
     _counters()
     before = _tree(RUNS)
     out = tmp_path / "report"
-    p = run_py(ANALYZE + PFS + ["-o", out], timeout=300)
+    p = run_main(ANALYZE + PFS + ["-o", out])
     assert p.returncode == 0, p.stderr
     assert p.stderr == ""
     assert "leave-one-out at P=4" in p.stdout
@@ -295,7 +296,7 @@ def test_dxt_alignment_follows_each_ranks_clock(tmp_path):
 # --- bad input -------------------------------------------------------------------------
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi  # analyze runs Drishti in a child Python on each Darshan log
 def test_bad_logs_are_one_line_each_and_the_report_is_made(tmp_path):
     """A truncated log, a file that is no Darshan log, another run's log and a traced run
     without its log: one line each naming the file, exit 1, the report from the rest."""
@@ -319,7 +320,7 @@ def test_bad_logs_are_one_line_each_and_the_report_is_made(tmp_path):
         f.write("darshan: /opt/darshan/lib/libdarshan.so\n")
     before = _tree(tmp_path / "in")
     out = tmp_path / "out"
-    p = run_py(ANALYZE + [cut, junk, other, gone, good, "-o", out], timeout=300)
+    p = run_main(ANALYZE + [cut, junk, other, gone, good, "-o", out])
     assert p.returncode == 1, p.stderr
     lines = _errors(p.stderr)
     assert lines == [
@@ -340,7 +341,7 @@ def test_bad_logs_are_one_line_each_and_the_report_is_made(tmp_path):
     assert "## Gaps in the input" in md and "truncated" in md
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi  # analyze runs Drishti in a child Python on each Darshan log
 def test_cut_short_and_older_runs_are_said(tmp_path):
     """A run cut short, one without summary.json, one lacking a rank's step file and one
     of an older format (no step origins, no reader counters)."""
@@ -365,7 +366,7 @@ def test_cut_short_and_older_runs_are_said(tmp_path):
         with open(p, "w") as f:
             json.dump(info, f)
     out = tmp_path / "out"
-    p = run_py(ANALYZE + [cut, nosum, norank, old, "-o", out, "--format", "md"], timeout=300)
+    p = run_main(ANALYZE + [cut, nosum, norank, old, "-o", out, "--format", "md"])
     assert p.returncode == 1, p.stderr
     assert _errors(p.stderr) == [
         f"hpcio.analyze: {cut}: cut short (signal SIGTERM) after 24 of 24 steps per epoch; "
@@ -388,13 +389,12 @@ def test_cut_short_and_older_runs_are_said(tmp_path):
         assert sum(1 for _ in f) == 1 + 3  # the run without rank-3.npz has no step rows
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi  # analyze runs Drishti in a child Python on each Darshan log
 def test_mixed_datasets_are_refused_unless_allowed(tmp_path):
     _fixtures()
     lmdb = os.path.join(RUNS, "pfs-inet-lmdb-naive-n1")
     hdf5 = os.path.join(RUNS, "local-mnist-hdf5-naive-n2")
-    p = run_py(ANALYZE + [lmdb, hdf5, "-o", tmp_path / "a", "--format", "json"],
-               timeout=300)
+    p = run_main(ANALYZE + [lmdb, hdf5, "-o", tmp_path / "a", "--format", "json"])
     assert p.returncode == 1
     assert _errors(p.stderr) == [
         f"hpcio.analyze: {hdf5}: data hdf5/raw 16384 records 12845056 B on "
@@ -404,23 +404,21 @@ def test_mixed_datasets_are_refused_unless_allowed(tmp_path):
     with open(tmp_path / "a" / "summary.json") as f:
         doc = json.load(f)
     assert len(doc["tables"]["table-a"]) == 1 and len(doc["tables"]["table-c"]) == 2
-    p = run_py(ANALYZE + [lmdb, hdf5, "-o", tmp_path / "b", "--format", "json",
-                          "--allow-mixed"], timeout=300)
+    p = run_main(ANALYZE + [lmdb, hdf5, "-o", tmp_path / "b", "--format", "json",
+                            "--allow-mixed"])
     assert p.returncode == 0 and p.stderr == ""
     with open(tmp_path / "b" / "summary.json") as f:
         doc = json.load(f)
     assert len(doc["tables"]["table-a"]) == 2 and len(doc["models"]) == 2
 
 
-@pytest.mark.mpi
 def test_unusable_arguments_are_one_line(tmp_path):
-    p = run_py(ANALYZE + [tmp_path, "-o", tmp_path / "out"], timeout=60)
+    p = run_main(ANALYZE + [tmp_path, "-o", tmp_path / "out"])
     assert p.returncode == 2 and _errors(p.stderr) == [
         f"hpcio.analyze: error: no run to analyse: {tmp_path}: neither a run nor a sweep "
         f"directory, nor holds any"]
     assert not (tmp_path / "out").exists()
-    p = run_py(ANALYZE + [tmp_path / "nope", "-o", tmp_path / "out", "--format", "pdf"],
-               timeout=60)
+    p = run_main(ANALYZE + [tmp_path / "nope", "-o", tmp_path / "out", "--format", "pdf"])
     assert p.returncode == 2 and _errors(p.stderr) == [
         "hpcio.analyze: error: --format pdf: unknown pdf (choose from html, md, json)"]
 
@@ -441,7 +439,7 @@ def test_sweep_at_1_2_3_ranks(tmp_path):
                 "4", "--compute-time", "0.002"], timeout=600)
     assert p.returncode == 0, p.stderr
     out = tmp_path / "report"
-    p = run_py(ANALYZE + [sweep, "-o", out], timeout=300)
+    p = run_main(ANALYZE + [sweep, "-o", out])
     assert p.returncode == 0, p.stderr
     with open(out / "summary.json") as f:
         doc = json.load(f)
@@ -494,7 +492,7 @@ def test_traced_sweep_is_read_with_its_logs(tmp_path):
                timeout=600)
     assert p.returncode == 0, p.stderr
     out = tmp_path / "report"
-    p = run_py(ANALYZE + [sweep, "-o", out, "--format", "json"], timeout=300)
+    p = run_main(ANALYZE + [sweep, "-o", out, "--format", "json"])
     assert p.returncode == 0 and p.stderr == "", p.stderr
     with open(out / "summary.json") as f:
         doc = json.load(f)

@@ -1,7 +1,7 @@
 """Darshan tracing (hpcio.measure.darshan): Darshan 3.5.0 built from ../shared/vendor against
 mpi4py's MPI by scripts/darshan-local.sh (once, cached in the checkout's .darshan), real traced
 ``mpiexec -n 2`` jobs that re-execute themselves with it preloaded, and the real logs in
-../shared/fixtures (the checkout's sibling ``shared/``)."""
+tests/fixtures."""
 
 import glob
 import importlib.util

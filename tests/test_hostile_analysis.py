@@ -2,7 +2,7 @@
 every input file wrong in some way a person or a crash can make it, each case one line
 naming the file and field, a report made from the rest, no hang, no huge allocation,
 nothing of the input overwritten. Run directories are copies of the real ones in
-../shared/fixtures/hpcio-runs, their Darshan logs corrupted in place."""
+tests/fixtures/hpcio-runs, their Darshan logs corrupted in place."""
 
 import glob
 import io
@@ -18,17 +18,15 @@ import numpy as np
 import pytest
 import yaml
 
-from common.mpi import run_py
+from common.inproc import run_main
 from common.failure import one_line
-from common.fixtures import copy_run
+from common.fixtures import LOGS, RUNS, copy_run
 from hpcio.measure import schema
 from hpcio.measure import darshanlog
 from hpcio.explain.report import analyse
 from hpcio.explain.runs import load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "hpcio-runs")
-LOGS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "darshan")
 ANALYZE = ["-m", "hpcio.analyze"]
 SUMMARIZE = ["-m", "hpcio.results", "summarize"]
 BAD, GOOD = "pfs-inet-lmdb-naive-n2", "pfs-inet-lmdb-coordinated-n2"
@@ -222,6 +220,7 @@ CORRUPT_LOGS = {
 }
 
 
+@pytest.mark.mpi  # analyze runs Drishti in a child Python on each Darshan log
 @pytest.mark.hostile
 @pytest.mark.parametrize("variant", list(CORRUPT_LOGS))
 def test_a_corrupt_log_is_skipped_by_name_and_the_report_made(tmp_path, variant):
@@ -237,7 +236,7 @@ def test_a_corrupt_log_is_skipped_by_name_and_the_report_made(tmp_path, variant)
         f.write(corrupt(data))
     before = _state(tmp_path / "in")
     out = tmp_path / "out"
-    p = run_py(ANALYZE + [bad, good, "-o", out, "--format", "json"], timeout=300)
+    p = run_main(ANALYZE + [bad, good, "-o", out, "--format", "json"])
     line = one_line(p, f"hpcio.analyze: {log}: ", rc=1, raw=True)
     assert says in line and line.endswith("; left out"), line
     with open(out / "summary.json") as f:
@@ -396,6 +395,7 @@ def test_a_wrong_file_is_one_line_naming_it_and_the_field(tmp_path, case):
         assert bad not in [r.path for r in a.runs]
 
 
+@pytest.mark.mpi  # analyze runs Drishti in a child Python on each Darshan log
 @pytest.mark.hostile
 def test_wrong_files_from_the_command_line_one_line_each(tmp_path):
     """The same through ``python -m hpcio.analyze``: exit 1, one line per bad file, no
@@ -410,8 +410,7 @@ def test_wrong_files_from_the_command_line_one_line_each(tmp_path):
         dirs.append(d)
     good = _copy(GOOD, tmp_path / "good")
     t = time.monotonic()
-    p = run_py(ANALYZE + dirs + [good, "-o", tmp_path / "out", "--format", "md"],
-               timeout=300)
+    p = run_main(ANALYZE + dirs + [good, "-o", tmp_path / "out", "--format", "md"])
     assert time.monotonic() - t < 120
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     lines = _lines(p.stderr)
@@ -477,6 +476,7 @@ def test_a_fifo_in_place_of_a_file_does_not_hang(tmp_path, name):
     assert f"{path}: not a regular file (a FIFO)" in [ln.split(";")[0] for ln in lines]
 
 
+@pytest.mark.mpi  # analyze runs Drishti in a child Python on each Darshan log
 @pytest.mark.hostile
 def test_a_fifo_rank_file_does_not_hang_either_command(tmp_path):
     run = _copy(BAD, tmp_path)
@@ -484,16 +484,21 @@ def test_a_fifo_rank_file_does_not_hang_either_command(tmp_path):
     os.remove(os.path.join(run, "summary.txt"))
     os.remove(os.path.join(run, "rank-1.npz"))
     os.mkfifo(os.path.join(run, "rank-1.npz"))
-    p = run_py(SUMMARIZE + [run], timeout=60)
-    assert one_line(p, rc=1, raw=True) == \
-        f"hpcio.results: {run}/rank-1.npz: not a regular file (a FIFO); rank 1 is left out"
-    assert "rank 1: unusable (see below)" in p.stdout
-    with open(os.path.join(run, "summary.json")) as f:
-        s = json.load(f)
-    assert s["ranks_missing"] == [1] and s["ranks_summarized"] == [0]
-    p = run_py(ANALYZE + [run, "-o", tmp_path / "out", "--format", "md"], timeout=120)
-    assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert f"{run}/rank-1.npz: not a regular file (a FIFO)" in p.stderr
+    stop = threading.Event()  # in-process: a command blocked on the FIFO fails, not hangs
+    _fifo_unblocker(os.path.join(run, "rank-1.npz"), stop)
+    try:
+        p = run_main(SUMMARIZE + [run])
+        assert one_line(p, rc=1, raw=True) == \
+            f"hpcio.results: {run}/rank-1.npz: not a regular file (a FIFO); rank 1 is left out"
+        assert "rank 1: unusable (see below)" in p.stdout
+        with open(os.path.join(run, "summary.json")) as f:
+            s = json.load(f)
+        assert s["ranks_missing"] == [1] and s["ranks_summarized"] == [0]
+        p = run_main(ANALYZE + [run, "-o", tmp_path / "out", "--format", "md"])
+        assert p.returncode == 1 and "Traceback" not in p.stderr
+        assert f"{run}/rank-1.npz: not a regular file (a FIFO)" in p.stderr
+    finally:
+        stop.set()
 
 
 @pytest.mark.hostile
@@ -502,12 +507,12 @@ def test_a_billion_ranks_neither_hangs_nor_allocates(tmp_path):
     _edit_yaml(os.path.join(run, "config.yaml"), lambda d: d.update(ranks=1000000000))
     os.remove(os.path.join(run, "summary.json"))
     t = time.monotonic()
-    p = run_py(SUMMARIZE + [run], timeout=60)
+    p = run_main(SUMMARIZE + [run])
     assert time.monotonic() - t < 30
     assert one_line(p, rc=2, raw=True) == (
         f"hpcio.results: error: {run}/config.yaml: ranks: 1000000000 is out of range "
         f"(1 to {schema.MAX_RANKS:,})")
-    p = run_py(ANALYZE + [run, "-o", tmp_path / "out"], timeout=60)
+    p = run_main(ANALYZE + [run, "-o", tmp_path / "out"])
     assert p.returncode == 2 and "out of range" in p.stderr and "Traceback" not in p.stderr
 
 
@@ -520,7 +525,7 @@ def test_many_ranks_missing_are_one_line(tmp_path):
     os.remove(os.path.join(run, "summary.json"))
     os.remove(os.path.join(run, "summary.txt"))
     t = time.monotonic()
-    p = run_py(SUMMARIZE + [run], timeout=60)
+    p = run_main(SUMMARIZE + [run])
     assert time.monotonic() - t < 30 and p.returncode == 0, p.stderr
     assert "  ranks 2-99999: missing (no rank-R.npz)" in p.stdout
     assert len(p.stdout.splitlines()) < 40
@@ -549,20 +554,21 @@ def test_analyze_never_writes_into_its_input(tmp_path, where):
            "parent": str(tmp_path / "runs")}[where]
     inputs = [str(tmp_path / "runs")] if where == "parent" else [run]
     before = _state(tmp_path)
-    p = run_py(ANALYZE + inputs + ["-o", out], timeout=120)
+    p = run_main(ANALYZE + inputs + ["-o", out])
     assert p.returncode == 2 and len(_lines(p.stderr)) == 1, p.stderr
     assert _lines(p.stderr)[0].startswith(f"hpcio.analyze: error: -o {out}: is ")
     assert "the report never goes into what it reads" in p.stderr
     assert _state(tmp_path) == before
 
 
+@pytest.mark.mpi  # analyze runs Drishti in a child Python on each Darshan log
 @pytest.mark.hostile
 def test_analyze_never_writes_over_a_strangers_files(tmp_path):
     run = _copy(BAD, tmp_path / "runs")
     out = tmp_path / "mine"
     out.mkdir()
     (out / "summary.json").write_text("my notes\n")
-    p = run_py(ANALYZE + [run, "-o", out], timeout=120)
+    p = run_main(ANALYZE + [run, "-o", out])
     assert p.returncode == 2 and _lines(p.stderr) == [
         f"hpcio.analyze: error: -o {out}: holds files hpcio.analyze did not write "
         f"(summary.json); give a new or empty directory, or a report directory of an "
@@ -570,9 +576,9 @@ def test_analyze_never_writes_over_a_strangers_files(tmp_path):
     assert os.listdir(out) == ["summary.json"]
     assert (out / "summary.json").read_text() == "my notes\n"
     # its own report directory it may write again
-    p = run_py(ANALYZE + [run, "-o", tmp_path / "report", "--format", "json"], timeout=120)
+    p = run_main(ANALYZE + [run, "-o", tmp_path / "report", "--format", "json"])
     assert p.returncode == 0, p.stderr
-    p = run_py(ANALYZE + [run, "-o", tmp_path / "report", "--format", "json"], timeout=120)
+    p = run_main(ANALYZE + [run, "-o", tmp_path / "report", "--format", "json"])
     assert p.returncode == 0, p.stderr
 
 
@@ -586,7 +592,7 @@ def test_summarize_never_writes_over_a_users_summary(tmp_path, name):
     (d / "config.yaml").write_text("ranks: 2\nreader: mine\n")
     (d / name).write_text("the user's own words\n")
     before = _state(d)
-    p = run_py(SUMMARIZE + [d], timeout=60)
+    p = run_main(SUMMARIZE + [d])
     assert p.returncode == 2 and _lines(p.stderr) == [
         f"hpcio.results: error: {d / name}: exists and was not written by hpcio.results; "
         f"not overwritten (move it away to summarize this run)"]
@@ -600,7 +606,7 @@ def test_summarize_writes_again_over_its_own_summary(tmp_path):
     os.remove(os.path.join(run, "summary.json"))
     os.remove(os.path.join(run, "summary.txt"))
     for _ in range(2):
-        p = run_py(SUMMARIZE + [run], timeout=60)
+        p = run_main(SUMMARIZE + [run])
         assert p.returncode == 0, p.stderr
     with open(os.path.join(run, "summary.txt")) as f:
         assert f.read().startswith("hpcio.results: ")
@@ -612,7 +618,7 @@ def test_summarize_flags_a_nan_rank_instead_of_averaging_it(tmp_path):
     os.remove(os.path.join(run, "summary.json"))
     os.remove(os.path.join(run, "summary.txt"))
     _edit_npz(os.path.join(run, "rank-1.npz"), _nan)
-    p = run_py(SUMMARIZE + [run], timeout=60)
+    p = run_main(SUMMARIZE + [run])
     assert p.returncode == 1 and _lines(p.stderr) == [
         f"hpcio.results: {run}/rank-1.npz: fetch: 1 NaN/inf value(s), the first at row 3: "
         f"not measured values; rank 1 is left out"]
@@ -626,8 +632,7 @@ def test_summarize_flags_a_nan_rank_instead_of_averaging_it(tmp_path):
 @pytest.mark.hostile
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "1e308", "fast"])
 def test_storage_bandwidth_out_of_range_is_one_line(tmp_path, value):
-    p = run_py(ANALYZE + [tmp_path, "--storage-mibs", value, "-o", tmp_path / "r"],
-               timeout=60)
+    p = run_main(ANALYZE + [tmp_path, "--storage-mibs", value, "-o", tmp_path / "r"])
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert p.returncode == 2 and "--storage-mibs" in lines[-1], p.stderr
     assert "Traceback" not in p.stderr and not (tmp_path / "r").exists()

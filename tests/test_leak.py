@@ -60,6 +60,8 @@ def _rss(out, rank):
     return rss
 
 
+@pytest.mark.lane
+@pytest.mark.soak
 @pytest.mark.hostile
 @pytest.mark.parametrize("model,preprocess,reader,cache", PATHS)
 def test_thirty_epochs_use_the_memory_of_two(tmp_path, data, model, preprocess, reader,

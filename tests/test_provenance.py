@@ -12,6 +12,7 @@ import yaml
 
 from common.datasets import make_dataset
 from common.failure import one_line
+from common.inproc import run_main
 from common.mpi import run_mpi, run_py
 from hpcio import __version__
 from hpcio.explain.export import COLUMNS, RULES, from_csv
@@ -156,7 +157,7 @@ def test_export_json_and_csv_round_trip(runs, tmp_path):
     rows = {}
     for ext in ("json", "csv"):
         out = tmp_path / f"results.{ext}"
-        p = run_py(EXPORT + [runs["a"].parent, "-o", out])  # a directory of run directories
+        p = run_main(EXPORT + [runs["a"].parent, "-o", out])  # a directory of run directories
         assert p.returncode == 0 and "3 run(s) written" in p.stdout, p.stderr
         text = out.read_text()
         rows[ext] = json.loads(text) if ext == "json" else from_csv(text)
@@ -184,7 +185,7 @@ def test_export_json_and_csv_round_trip(runs, tmp_path):
 @pytest.mark.mpi
 def test_export_counts_repeats_and_the_threshold(runs, tmp_path):
     out = tmp_path / "r.json"
-    p = run_py(EXPORT + [runs["a"], runs["b"], "-o", out, "--au-threshold", "0"])
+    p = run_main(EXPORT + [runs["a"], runs["b"], "-o", out, "--au-threshold", "0"])
     assert p.returncode == 0, p.stderr
     rows = json.loads(out.read_text())
     assert all(r["train_au_meet_expectation"] == "success" for r in rows)
@@ -194,7 +195,7 @@ def test_export_counts_repeats_and_the_threshold(runs, tmp_path):
     copies = [runs["a"]] + [tmp_path / f"copy{i}" for i in range(5)]
     for c in copies[1:]:
         shutil.copytree(runs["a"], c)
-    p = run_py(EXPORT + copies + [runs["c"], "-o", out])
+    p = run_main(EXPORT + copies + [runs["c"], "-o", out])
     assert p.returncode == 0, p.stderr
     rows = json.loads(out.read_text())
     assert ["repeats: " in r["rules"] for r in rows] == [False] * 6 + [True]
@@ -207,7 +208,7 @@ def test_export_of_a_run_without_provenance_or_summary(runs, tmp_path):
     os.unlink(old / RunDir.PROVENANCE)
     os.unlink(old / RunDir.SUMMARY)
     out = tmp_path / "r.csv"
-    p = run_py(EXPORT + [old, "-o", out])
+    p = run_main(EXPORT + [old, "-o", out])
     assert p.returncode == 0, p.stderr
     (row,) = from_csv(out.read_text())
     assert row["workload_hash"] is None and row["train_au_mean_percentage"] is None
@@ -226,7 +227,7 @@ def test_export_of_a_run_without_provenance_or_summary(runs, tmp_path):
     (lambda t, r: [r, "-o", t / "no" / "x.json"], "No such file or directory"),
 ])
 def test_export_bad_input_is_one_line(runs, tmp_path, args, says):
-    p = run_py(EXPORT + args(tmp_path, runs["a"]))
+    p = run_main(EXPORT + args(tmp_path, runs["a"]))
     line = one_line(p, "hpcio.results", rc=2)
     assert says in line, line
     assert os.listdir(tmp_path) == []
@@ -245,7 +246,7 @@ def test_export_of_bad_fields_names_them_and_exports_no_untrue_figure(runs, tmp_
     s["metrics"]["au_percent"] = float("nan")
     (bad / RunDir.SUMMARY).write_text(json.dumps(s))  # NaN, as Python's json writes it
     out = tmp_path / "r.json"
-    p = run_py(EXPORT + [bad, "-o", out])
+    p = run_main(EXPORT + [bad, "-o", out])
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     lines = p.stderr.splitlines()
     assert len(lines) == 2, p.stderr

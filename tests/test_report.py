@@ -1,7 +1,7 @@
 """The report says only what its numbers bear out: verdicts and headings from medians and
 ranges over repeats, advice per reader, the console's definitions, and a storage limit
 only when one was measured and given. Run directories: the real runs of
-../shared/fixtures/hpcio-runs, some made slower step by step, their summaries made again
+tests/fixtures/hpcio-runs, some made slower step by step, their summaries made again
 by the trainer's own functions."""
 
 import csv
@@ -13,8 +13,9 @@ import shutil
 import numpy as np
 import pytest
 
-from common.mpi import run_py
+from common.fixtures import RUNS
 from common.failure import one_line
+from common.inproc import run_main
 from hpcio.explain.report import analyse, write
 from hpcio.explain.runs import load
 from hpcio.explain.summary import summarize
@@ -23,7 +24,6 @@ from hpcio.analyze import main
 from hpcio.measure.steps import rank_summary
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "hpcio-runs")
 
 
 # --- verdicts --------------------------------------------------------------------------
@@ -242,7 +242,7 @@ def _md_table(md, header):
     return rows
 
 
-@pytest.mark.mpi
+@pytest.mark.mpi  # hpcio.simulate forks a child process for the SimGrid engine
 @pytest.mark.slow
 def test_prediction_beside_the_runs(tmp_path):
     """hpcio.simulate predict on the recorded runs, then --prediction: the section names
@@ -256,10 +256,11 @@ def test_prediction_beside_the_runs(tmp_path):
         pytest.skip(why)
     names = [f"pfs-inet-lmdb-{r}-n{n}" for r in ("naive", "coordinated") for n in (1, 2, 4)]
     pred = tmp_path / "pred"
-    run_py(["-m", "hpcio.simulate", "predict", "--platform",
-            os.path.join(ROOT, "platforms", "testbed.yaml"), "--from",
-            *[os.path.join(RUNS, n) for n in names], "--ranks", "1,2,4,8", "-o", pred],
-           timeout=400, cwd=ROOT, check=True)
+    p = run_main(["-m", "hpcio.simulate", "predict", "--platform",
+                  os.path.join(ROOT, "platforms", "testbed.yaml"), "--from",
+                  *[os.path.join(RUNS, n) for n in names], "--ranks", "1,2,4,8", "-o", pred],
+                 cwd=ROOT)
+    assert p.returncode == 0, p.stdout + p.stderr
     with open(pred / "prediction.json") as f:
         doc = json.load(f)
     with open(pred / "validation.json") as f:
@@ -345,7 +346,6 @@ BAD_PREDICTIONS = {  # name: (files written into the directory, what the line sa
 }
 
 
-@pytest.mark.mpi
 @pytest.mark.hostile
 @pytest.mark.parametrize("case", sorted(BAD_PREDICTIONS))
 def test_unusable_prediction_is_one_line(tmp_path, case):
@@ -356,7 +356,7 @@ def test_unusable_prediction_is_one_line(tmp_path, case):
         for name, text in files.items():
             (pred / name).write_text(text)
     (tmp_path / "runs").mkdir()
-    p = run_py(["-m", "hpcio.analyze", tmp_path / "runs", "-o", tmp_path / "out",
-                "--prediction", pred], timeout=60, cwd=ROOT)
+    p = run_main(["-m", "hpcio.analyze", tmp_path / "runs", "-o", tmp_path / "out",
+                  "--prediction", pred], cwd=ROOT)
     assert want in one_line(p, f"hpcio.analyze: error: {pred}", rc=2, raw=True)
     assert not (tmp_path / "out").exists()

@@ -18,7 +18,8 @@ import yaml
 
 from common.datasets import make_dataset
 from common.failure import one_line
-from common.mpi import run_mpi, run_py
+from common.inproc import run_main
+from common.mpi import run_mpi
 from common.procs import Job
 from hpcio.errors import HpcioError
 from hpcio.fsutil import atomic_write
@@ -33,6 +34,17 @@ SUMMARIZE = ["-m", "hpcio.results", "summarize"]
 def ds(tmp_path_factory):
     # 256 records, 2 ranks, batch 4: 32 steps per epoch
     return make_dataset(tmp_path_factory.mktemp("data"), "packed", "raw", records=256)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, ds):
+    """A finished 2-rank run (3 steps), in a user's empty directory that a sweep's
+    ``runs/`` holds: the tests below read it, copy it or run into it, none changes it."""
+    out = tmp_path_factory.mktemp("finished") / "sweep" / "runs" / "done-r0"
+    out.mkdir(parents=True)  # a user's empty directory is used
+    p = run_mpi(2, TRAIN + _emulate(ds, out, "--steps", 3, "--progress", "off"))
+    assert p.returncode == 0, p.stderr
+    return out
 
 
 def _emulate(ds, out, *extra):
@@ -158,11 +170,8 @@ def test_flusher_kicks_retries_and_stops(capsys):
 # ---- real jobs -------------------------------------------------------------------------------
 
 @pytest.mark.mpi
-def test_second_run_into_the_same_out_is_refused(tmp_path, ds):
-    out = tmp_path / "run"
-    out.mkdir()  # a user's empty directory is used
-    p = run_mpi(2, TRAIN + _emulate(ds, out, "--steps", 3))
-    assert p.returncode == 0, p.stderr
+def test_second_run_into_the_same_out_is_refused(ds, finished):
+    out = finished
     before = _state(out)
     mode = 0o666 & ~_umask()
     assert all(stat.S_IMODE(m) == mode for _, _, m in before.values()), before
@@ -170,7 +179,7 @@ def test_second_run_into_the_same_out_is_refused(tmp_path, ds):
     assert "exists and is not empty (results are never overwritten" in _one_line(p)
     assert _state(out) == before
     # a run that finished keeps its own summary
-    p = run_py(SUMMARIZE + [out])
+    p = run_main(SUMMARIZE + [out])
     assert p.returncode == 0 and "the run finished; its summary is kept" in p.stdout
     assert _state(out) == before
 
@@ -241,7 +250,7 @@ def test_sigkill_of_one_rank_keeps_what_was_flushed(tmp_path, ds):
         if r == 1:  # flushed up to the last interval before the kill
             last = rj["origin_unix"] + z["t0"][-1] + z["wall"][-1]
             assert killed - last < interval + 2.0, killed - last
-    p = run_py(SUMMARIZE + [out])
+    p = run_main(SUMMARIZE + [out])
     assert p.returncode == 0, p.stderr
     for r in range(2):
         assert f"rank {r}: {steps[r]} of 32000 steps flushed (partial)" in p.stdout
@@ -257,7 +266,7 @@ def test_sigkill_of_one_rank_keeps_what_was_flushed(tmp_path, ds):
     for ext in ("npz", "json"):
         os.unlink(gone / f"rank-1.{ext}")
     os.unlink(gone / "summary.json")
-    p = run_py(SUMMARIZE + [gone])
+    p = run_main(SUMMARIZE + [gone])
     assert p.returncode == 0, p.stderr
     assert "rank 1: missing (no rank-1.npz)" in p.stdout
     with open(gone / "summary.json") as f:
@@ -266,13 +275,12 @@ def test_sigkill_of_one_rank_keeps_what_was_flushed(tmp_path, ds):
     assert s["metrics"]["records"] == 4 * steps[0]
 
 
-@pytest.mark.mpi
 @pytest.mark.parametrize("make, says", [
     (lambda d: d, "not a run directory of hpcio.train (no config.yaml)"),
     (lambda d: d / "nowhere", "no such run directory"),
 ])
 def test_summarize_what_is_not_a_run_gives_one_line(tmp_path, make, says):
-    p = run_py(SUMMARIZE + [make(tmp_path)])
+    p = run_main(SUMMARIZE + [make(tmp_path)])
     assert p.returncode == 2 and says in _one_line(p, "hpcio.results")
     assert os.listdir(tmp_path) == []
 
@@ -283,11 +291,9 @@ EXPORT = ["-m", "hpcio.results", "export"]
 
 
 @pytest.mark.mpi
-def test_export_of_a_sweep_and_of_a_summarized_run(tmp_path, ds):
-    sweep = tmp_path / "sweep"
-    done = sweep / "runs" / "done-r0"
-    p = run_mpi(2, TRAIN + _emulate(ds, done, "--steps", 3, "--progress", "off"))
-    assert p.returncode == 0, p.stderr
+def test_export_of_a_sweep_and_of_a_summarized_run(tmp_path, finished):
+    done = finished
+    sweep = done.parent.parent
     (sweep / "sweep.json").write_text(json.dumps({"runs": [
         {"point": {"reader": "coordinated", "ranks": 2}, "status": "done", "repeat": 0,
          "run_dir": str(done)},
@@ -299,9 +305,9 @@ def test_export_of_a_sweep_and_of_a_summarized_run(tmp_path, ds):
     shutil.copytree(done, flushed)
     os.unlink(flushed / "summary.json")
     os.unlink(flushed / "summary.txt")
-    assert run_py(SUMMARIZE + [flushed]).returncode == 0
+    assert run_main(SUMMARIZE + [flushed]).returncode == 0
     out = tmp_path / "results.json"
-    p = run_py(EXPORT + [sweep, flushed, "-o", out])
+    p = run_main(EXPORT + [sweep, flushed, "-o", out])
     assert p.returncode == 0, p.stderr
     rows = json.loads(out.read_text())
     assert [r["run_dir"] for r in rows] == [str(done), str(flushed)]
@@ -313,16 +319,15 @@ def test_export_of_a_sweep_and_of_a_summarized_run(tmp_path, ds):
 
 
 @pytest.mark.mpi
-def test_export_replaces_its_output_whole_or_not_at_all(tmp_path, ds):
+def test_export_replaces_its_output_whole_or_not_at_all(tmp_path, finished):
     run = tmp_path / "run"
-    p = run_mpi(2, TRAIN + _emulate(ds, run, "--steps", 2, "--progress", "off"))
-    assert p.returncode == 0, p.stderr
+    shutil.copytree(finished, run)
     out = tmp_path / "results.csv"
     out.write_text("the user's\n")
-    p = run_py(EXPORT + [run, tmp_path / "nowhere", "-o", out])  # one bad RUNS: nothing
+    p = run_main(EXPORT + [run, tmp_path / "nowhere", "-o", out])  # one bad RUNS: nothing
     assert "no such directory" in _one_line(p, "hpcio.results")
     assert out.read_text() == "the user's\n"
-    p = run_py(EXPORT + [run, "-o", out])
+    p = run_main(EXPORT + [run, "-o", out])
     assert p.returncode == 0, p.stderr
     assert out.read_text().startswith("run_dir,benchmark_type,model,workload,workload_hash,")
     assert sorted(os.listdir(tmp_path)) == ["results.csv", "run"]  # no temporary left

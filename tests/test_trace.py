@@ -10,6 +10,7 @@ import pytest
 
 from common.datasets import make_dataset
 from common.failure import one_line
+from common.inproc import run_main
 from common.mpi import run_mpi, run_py
 from hpcio.errors import HpcioError
 from hpcio.measure.steps import StepLog
@@ -139,7 +140,7 @@ def test_trace_that_cannot_be_written_is_one_line(tmp_path, ds):
     line = one_line(p, "hpcio.train:", alone=False, raw=True)
     assert "rank-1.pfw.gz: exists" in line
     assert (shared / "rank-1.pfw.gz").read_bytes() == b""
-    p = run_py(TRAIN + ["--data", ds.root, "--trace-dir", shared], timeout=60)
+    p = run_main(TRAIN + ["--data", ds.root, "--trace-dir", shared])
     assert "--trace-dir needs --trace" in one_line(p, "hpcio.train:", alone=False, raw=True)
 
 

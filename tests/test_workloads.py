@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from common.failure import one_line
-from common.mpi import run_mpi, run_py
+from common.inproc import run_main
+from common.mpi import run_mpi
 from hpcio.errors import HpcioError
 from hpcio.workloads import MLPERF_AU, WORKLOADS, load
 
@@ -93,23 +94,24 @@ def test_a_dlio_config_makes_its_data_and_runs_with_its_pass_line(tmp_path):
         c = yaml.safe_load(f)
     assert c["compute_time"] == 0.002 and c["shuffle"] == "global"
     assert "reader.read_threads" in c["workload_unmodelled"]
-    e = run_py(["-m", "hpcio.results", "export", out, "-o", tmp_path / "r.json"], check=True)
+    e = run_main(["-m", "hpcio.results", "export", out, "-o", tmp_path / "r.json"])
+    assert e.returncode == 0, e.stdout + e.stderr
     row, = json.loads((tmp_path / "r.json").read_text())
     assert (row["workload"], row["au_threshold_percent"]) == (cfg, pytest.approx(5.0))
     assert row["train_au_meet_expectation"] == ("success" if s["au_pass"] else "fail"), e.stderr
 
 
-@pytest.mark.mpi
 def test_flags_override_the_workload_and_the_data_must_be_its_format(tmp_path):
     cfg = dlio_config(tmp_path / "tiny.yaml")
     ds = tmp_path / "ds"
-    run_py(["-m", "hpcio.datagen", "generate", ds, "--workload", cfg, "--records", 32,
-            "--format", "packed"], check=True)
+    g = run_main(["-m", "hpcio.datagen", "generate", ds, "--workload", cfg, "--records", 32,
+                  "--format", "packed"])
+    assert g.returncode == 0, g.stdout + g.stderr
     with open(ds / "hpcio.json") as f:
         m = json.load(f)
     assert (m["format"], m["records"], len(m["shards"])) == ("packed", 32, 2)
-    p = run_py(["-m", "hpcio.train", "--workload", cfg, "--data", ds, "--out",
-                tmp_path / "run", "--progress", "off"])
+    p = run_main(["-m", "hpcio.train", "--workload", cfg, "--data", ds, "--out",
+                  tmp_path / "run", "--progress", "off"])
     line = one_line(p, "hpcio.train")
     assert "reads hdf5 data" in line and "is packed" in line and "--workload" in line
 
@@ -136,13 +138,13 @@ def test_bad_configs_are_one_line(tmp_path, content, expect):
     f.write_text(content)
     with pytest.raises(HpcioError, match=expect):
         load(str(f))
-    p = run_py(["-m", "hpcio.train", "--workload", f, "--data", tmp_path])
+    p = run_main(["-m", "hpcio.train", "--workload", f, "--data", tmp_path])
     assert expect in one_line(p, "hpcio.train")
 
 
 @pytest.mark.hostile
 def test_a_workload_name_not_shipped_names_those_that_are(tmp_path):
-    p = run_py(["-m", "hpcio.datagen", "generate", tmp_path / "d", "--workload", "unet4d"])
+    p = run_main(["-m", "hpcio.datagen", "generate", tmp_path / "d", "--workload", "unet4d"])
     line = one_line(p, "hpcio.datagen")
     assert "unet4d" in line and "unet3d_h100" in line
     assert not os.path.exists(tmp_path / "d") and len(WORKLOADS) == 9

@@ -2,7 +2,7 @@
 # Prediction at scale, in one command (no root, no MPI: SimGrid only):
 #   analysis/scale-sim/run.sh
 # Calibrates hpcio.simulate on the recorded GlusterFS testbed runs (naive `get` and
-# coordinated LMDB at 1, 2, 4 ranks; $HPCIO_RUNS, default ../shared/fixtures/hpcio-runs),
+# coordinated LMDB at 1, 2, 4 ranks; $HPCIO_RUNS, default tests/fixtures/hpcio-runs),
 # predicts naive `get`, naive `cursor` (Caffe's walk, shuffle none, to 256 ranks),
 # coordinated (global and none) from 1 to 4,096 ranks on the testbed scaled out, and on a
 # described all-flash Lustre (platforms/lustre-flash.yaml, the testbed's fitted reader
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=analysis/scale-sim
 export PATH="$PWD/.venv/bin:$PATH" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-runs=${HPCIO_RUNS:-../shared/fixtures/hpcio-runs}
+runs=${HPCIO_RUNS:-tests/fixtures/hpcio-runs}
 from=("$runs"/pfs-inet-lmdb-{naive,coordinated}-n{1,2,4})
 ranks=1,2,4,8,16,32,64,128,256,512,1024,2048,4096
 records=1000000        # ImageNet-1k's 1.28 M scaled: enough records for 4,096 ranks x batch 16

@@ -12,16 +12,24 @@ from .mpi import mpiexec
 __all__ = ["Job", "rank_pids"]
 
 
-def _children(pid):
-    """Every descendant process id of ``pid`` (from /proc)."""
-    kids = {}
+def _parents():
+    """{pid: parent pid} of every process (from /proc)."""
+    out = {}
     for st in glob.glob("/proc/[0-9]*/stat"):
         try:
             with open(st) as f:
                 parts = f.read().rsplit(")", 1)[1].split()
-            kids.setdefault(int(parts[1]), []).append(int(st.split("/")[2]))
+            out[int(st.split("/")[2])] = int(parts[1])
         except (OSError, IndexError, ValueError):
             pass
+    return out
+
+
+def _children(pid, parents=None):
+    """Every descendant process id of ``pid``."""
+    kids = {}
+    for c, p in (parents or _parents()).items():
+        kids.setdefault(p, []).append(c)
     out, todo = [], [pid]
     while todo:
         for c in kids.get(todo.pop(), []):
@@ -40,8 +48,12 @@ def _cmdline(pid):
 
 def rank_pids(pid, module="hpcio.train"):
     """The pids of the ranks (processes running ``module``) under launcher ``pid``, in
-    rank order (the launcher starts them in order)."""
-    return sorted(c for c in _children(pid) if module.encode() in (_cmdline(c) or b""))
+    rank order (the launcher starts them in order); a rank's own child that has not yet
+    exec'd (git for the run's provenance) still shows the rank's command line, and is
+    not a rank."""
+    parents = _parents()
+    found = {c for c in _children(pid, parents) if module.encode() in (_cmdline(c) or b"")}
+    return sorted(c for c in found if parents.get(c) not in found)
 
 
 class Job:
