@@ -15,6 +15,7 @@ from common import tiers  # noqa: E402  (needs the path above)
 _running = {"item": None}
 _measured = collections.defaultdict(float)  # test id: seconds, setup + call + teardown
 _unpassed = set()
+_slow = set()  # test ids in the slow tier
 _started = time.monotonic()
 
 
@@ -36,11 +37,13 @@ def pytest_collection_modifyitems(config, items):
     took = tiers.load_durations()
     for item in items:
         fn = getattr(item, "function", None)
-        if fn is not None and "mpi" not in item.keywords and (
+        if fn is not None and item.get_closest_marker("mpi") is None and (
                 tiers.launches(fn) or any(tiers.launches(f) for f in _fixture_funcs(item))):
             item.add_marker(pytest.mark.mpi)
-        if took.get(item.nodeid, 0.0) > tiers.SLOW_S and "slow" not in item.keywords:
+        if took.get(item.nodeid, 0.0) > tiers.SLOW_S and item.get_closest_marker("slow") is None:
             item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("slow") is not None:
+            _slow.add(item.nodeid)
 
 
 def _launch_allowed():
@@ -100,9 +103,7 @@ def pytest_terminal_summary(terminalreporter):
     if sum(seen.values()):
         terminalreporter.write_line(
             f"hostile cases: {seen['passed']} of {sum(seen.values())} hold")
-    slow = {rep.nodeid for reps in terminalreporter.stats.values() for rep in reps
-            if getattr(rep, "when", None) == "call" and "slow" in getattr(rep, "keywords", ())}
-    grown = sorted(k for k, v in _measured.items() if v > tiers.SLOW_S and k not in slow)
+    grown = sorted(k for k, v in _measured.items() if v > tiers.SLOW_S and k not in _slow)
     if grown:
         terminalreporter.write_line(
             f"outgrew the fast tiers (> {tiers.SLOW_S:g} s, not marked slow; "
