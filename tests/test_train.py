@@ -22,7 +22,7 @@ from common.mpi import mpiexec, run_mpi, run_py
 from common.procs import Job
 from hpcio.formats import FORMATS as FORMAT_REGISTRY
 from hpcio.measure.steps import COMPONENTS, STEP_FIELDS
-from hpcio.train.emulate import ComputeTime
+from hpcio.train.computetime import ComputeTime
 from hpcio.train.options import MODEL_NAMES, READER_NAMES
 
 TRAIN = ["-m", "hpcio.train"]

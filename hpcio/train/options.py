@@ -16,7 +16,7 @@ from ..progress import EVERY
 from ..readers import READERS, check_options
 from ..workloads import WORKLOADS
 from ..workloads import load as load_workload
-from .emulate import DISTRIBUTIONS
+from .computetime import DISTRIBUTIONS
 from .exchange import EXCHANGE_MODELS, PRESET_MODELS, TRANSPORTS
 from .models import MODELS
 
