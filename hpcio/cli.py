@@ -206,6 +206,7 @@ def reader_options(name, items=(), where="--reader-option"):
     (:func:`hpcio.readers.check_options`): the one conversion of reader options from every
     command line, spec and config file. A malformed item, an option the reader does not
     take or a value its type refuses is one line (``where`` names the item's source)."""
+    # the readers bring numpy: ``hpcio --help`` loads this module and nothing more
     from .readers import check_options
     opts = {}
     for k, v in parse_key_values(list(items), where).items():
@@ -245,7 +246,7 @@ def add_reader_arguments(group, verify_off, old_prefetch=None):
     """The reader's options every command that reads shares: ``--hint``,
     ``--reader-prefetch``, ``--verify``. ``verify_off`` says where an unverified run says
     so; ``old_prefetch`` an old spelling of ``--reader-prefetch`` kept for one release."""
-    from .readers import VERIFY
+    from .readers import VERIFY  # the readers bring numpy (see reader_options)
     group.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                        help="MPI-IO (ROMIO) hint for the reader's MPI-IO (coordinated), "
                             "repeatable")
@@ -267,7 +268,7 @@ def add_plan_arguments(group, shuffle, many=False, seed_help="seeds the sample o
     """The sample plan's options (:mod:`hpcio.plan`): ``--batch`` (default ``batch``),
     ``--shuffle`` (one mode, default ``shuffle``; with ``many`` a comma-separated list of
     modes), ``--block``, ``--window``, ``--seed``."""
-    from .plan import BLOCK, SHUFFLES, WINDOW
+    from .plan import BLOCK, SHUFFLES, WINDOW  # the plan brings numpy (see reader_options)
     group.add_argument("--batch", type=integer(1), default=batch,
                        help="records per rank per step")
     if many:

@@ -15,6 +15,7 @@ of :mod:`.actors`, and what their work costs is :mod:`.costs`' (its WAKE_S is na
 too, beside the run's other constants).
 """
 
+import importlib.util
 import os
 import pickle
 import sys
@@ -47,7 +48,6 @@ class Case:
 
 def available():
     """(True, version) when SimGrid's Python module imports here, else (False, why)."""
-    import importlib.util
     if importlib.util.find_spec("simgrid") is None:
         return False, INSTALL_HINT
     return True, "simgrid"
@@ -95,7 +95,7 @@ def _run_cases(cases):
     saved = os.dup(2)
     os.dup2(devnull, 2)                 # SimGrid logs its configuration on import
     try:
-        import simgrid as sg
+        import simgrid as sg  # optional (Debian's python3-simgrid), and only in the child
         e = sg.Engine(["hpcio.simulate", "--log=root.thres:critical",
                        "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0"])
     finally:

@@ -94,7 +94,6 @@ class Step:
     synchronised on GPU so its time is the device's, not the launch's."""
 
     def __init__(self, model, optimizer, device):
-        import torch
         self.torch = torch
         self.model, self.optimizer, self.device = model, optimizer, device
         self.cuda = device.type == "cuda"
