@@ -21,9 +21,6 @@ from typing import Dict, List, Mapping, Optional
 
 from hpcio.errors import HpcioError
 
-from .darshanlog import log_summary
-from .rundir import RunDir
-
 __all__ = ["DEFAULT_CONFIG", "config_text", "write_config", "shared_config", "check_library",
            "mpi4py_libmpi", "trace_env", "reexec_traced", "reexecuted", "log_path", "set_logfile",
            "info", "preloaded_library", "dataset_files", "incomplete", "build_parser", "main"]
@@ -254,6 +251,8 @@ def incomplete(nfiles: int, environ: Optional[Mapping[str, str]] = None) -> Opti
 def log_path(run_dir: str, name: str = "hpcio") -> str:
     """Where a run's log goes: RUN_DIR/darshan/NAME.darshan
     (:meth:`hpcio.measure.rundir.RunDir.darshan_log`)."""
+    from .rundir import RunDir  # numpy and yaml: train asks this before MPI_Init (small heap)
+
     return RunDir(os.path.abspath(run_dir)).darshan_log(name)
 
 
@@ -318,6 +317,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         check_library(a.lib)
         out = info(a.lib)
     else:
+        from .darshanlog import log_summary  # numpy: this module loads before MPI_Init
+
         out = [log_summary(p, a.parser) for p in a.logs]
     print(json.dumps(out, indent=2))
     return 0
