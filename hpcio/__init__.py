@@ -42,7 +42,8 @@ Where things live (one home per concern)::
     simulate/   the ``simulate`` command: a SimGrid model of the platform (platform files
                 in platforms/) replaying each reader's request pattern (``@pattern``
                 beside the reader), calibrated on runs and validated on held-out rank
-                counts
+                counts; engine.py runs cases, topology.py builds hosts and links,
+                actors.py holds the ranks' step loops, costs.py what their work costs
     mapfault.py  a fault in a mapped shard turned into a line naming the shard
     cli.py, errors.py, fsutil.py, progress.py    argument types, the command table and
                 the options commands share, one-line errors, atomic files, progress on
@@ -52,18 +53,22 @@ Where things live (one home per concern)::
 A new format is a module in formats/ added to FORMATS; a new reader a class in readers/
 decorated with ``@register``; a new per-step figure a column in measure/steps.py and its
 summary in explain/summary.py; a new command a module with ``main`` run under
-``errors.guard``, and its line in ``cli.COMMANDS``.
+``errors.guard``, a ``build_parser`` that imports nothing heavy (a usage error asks every
+command's parser whose option it was), and its line in ``cli.COMMANDS``.
 
 The layers, lowest first (a package imports only from those below it; no private name
 crosses modules; tests/test_layering.py checks both): errors; fsutil, mpiutil, plan,
 progress; data, measure, cache, workloads; formats, explain; readers; cli; the commands; __main__.
 
-Three imports are deferred, and only these: mpi4py is imported inside the functions that
-use MPI (importing it initialises MPI), torch only by the training modules (it takes
-seconds), so dataset tools and the analysis start without either, and the analyze
-command's report (matplotlib, the ``[analysis]`` extra that compute nodes need not have)
-inside its ``main``, so a missing extra is one line. Every other import is at the top of
-its module.
+Imports are deferred into functions only for a heavy library, each with its reason in a
+comment: mpi4py (importing it initialises MPI), torch (seconds; the training modules'
+options, model names and exchange sizes load without it), h5py (HDF5's library, for HDF5
+data only), and the optional ones: matplotlib behind the analyze command's report (the
+``[analysis]`` extra, so a missing extra is one line), PyDarshan, pynvml, Horovod and
+SimGrid; cli.py's shared groups import the readers (numpy) when called, so ``hpcio --help``
+loads the command table alone. Dataset tools and the analysis start without MPI or torch.
+Every other import is at the top of its module; tests/test_layering.py holds the list
+(``DEFERRED``), and no function is longer than 100 lines.
 """
 
 __version__ = "0.1.0"

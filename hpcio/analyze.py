@@ -26,6 +26,7 @@ is then 1.
 import os
 import sys
 
+from .explain.prediction import load_prediction
 from .explain.runs import SWEEP, load
 from .cli import ArgumentParser, ExamplesFormatter, number
 from .errors import HpcioError, guard
@@ -97,7 +98,6 @@ def main(argv=None):
     a = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:  # matplotlib: the [analysis] extra (see hpcio/__init__.py)
         from .explain.report import FORMATS, analyse, write
-        from .explain.prediction import load_prediction
     except ImportError as e:
         raise HpcioError(f"{e.name or e} is missing: pip install 'hpcio[analysis]'") from None
 

@@ -1,11 +1,11 @@
 """Argument parsing shared by every ``python -m hpcio.<command>``."""
 
 import argparse
-import ast
 import difflib
 import math
 import os
 import sys
+from importlib import import_module
 
 import yaml
 
@@ -155,8 +155,9 @@ def parse_key_values(items, flag):
 
 
 # ---- the command table: ``hpcio COMMAND`` (hpcio/__main__.py) ---------------------------
-# name -> (module run as ``python -m MODULE``, the module that declares its options, one
-# line for ``hpcio --help``). Nothing here is imported until its command runs.
+# name -> (module run as ``python -m MODULE``, the module whose ``build_parser()`` is its
+# command line, one line for ``hpcio --help``). Nothing here is imported until its command
+# runs, or until a usage error asks which command an option belongs to.
 COMMANDS = {
     "datagen": ("hpcio.datagen", "hpcio.datagen.command",
                 "make datasets (synthetic presets, imports, indexes) and describe them"),
@@ -205,6 +206,7 @@ def reader_options(name, items=(), where="--reader-option"):
     (:func:`hpcio.readers.check_options`): the one conversion of reader options from every
     command line, spec and config file. A malformed item, an option the reader does not
     take or a value its type refuses is one line (``where`` names the item's source)."""
+    # the readers bring numpy: ``hpcio --help`` loads this module and nothing more
     from .readers import check_options
     opts = {}
     for k, v in parse_key_values(list(items), where).items():
@@ -244,7 +246,7 @@ def add_reader_arguments(group, verify_off, old_prefetch=None):
     """The reader's options every command that reads shares: ``--hint``,
     ``--reader-prefetch``, ``--verify``. ``verify_off`` says where an unverified run says
     so; ``old_prefetch`` an old spelling of ``--reader-prefetch`` kept for one release."""
-    from .readers import VERIFY
+    from .readers import VERIFY  # the readers bring numpy (see reader_options)
     group.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                        help="MPI-IO (ROMIO) hint for the reader's MPI-IO (coordinated), "
                             "repeatable")
@@ -266,7 +268,7 @@ def add_plan_arguments(group, shuffle, many=False, seed_help="seeds the sample o
     """The sample plan's options (:mod:`hpcio.plan`): ``--batch`` (default ``batch``),
     ``--shuffle`` (one mode, default ``shuffle``; with ``many`` a comma-separated list of
     modes), ``--block``, ``--window``, ``--seed``."""
-    from .plan import BLOCK, SHUFFLES, WINDOW
+    from .plan import BLOCK, SHUFFLES, WINDOW  # the plan brings numpy (see reader_options)
     group.add_argument("--batch", type=integer(1), default=batch,
                        help="records per rank per step")
     if many:
@@ -284,79 +286,26 @@ def add_plan_arguments(group, shuffle, many=False, seed_help="seeds the sample o
 
 # ---- an option of another command: said, not only refused -------------------------------
 UNRECOGNIZED = "unrecognized arguments: "
-_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _calls(tree):
-    return (n for n in ast.walk(tree) if isinstance(n, ast.Call))
-
-
-def _called(call):
-    f = call.func
-    return f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
-
-
-def _declared(call):
-    """{option: takes a value} of one ``add_argument`` call."""
-    action = next((k.value for k in call.keywords if k.arg == "action"), None)
-    both = getattr(action, "attr", getattr(action, "id", None)) == "BooleanOptionalAction"
-    flag = both or (isinstance(action, ast.Constant) and action.value in (
-        "store_true", "store_false", "store_const", "count", "help", "version"))
-    out = {}
-    for a in call.args:
-        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-"):
-            out[a.value] = not flag
-            if both and a.value.startswith("--"):
-                out["--no-" + a.value[2:]] = False
-    return out
-
-
-def _source_options(path):
-    """{option: takes a value} declared in the module at ``path`` (its ``add_argument``
-    calls, and the shared groups of this module it calls), read without importing it."""
-    try:
-        with open(path) as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError):
-        return {}
-    shared = _shared_groups() if os.path.abspath(path) != os.path.abspath(__file__) else {}
-    out = {}
-    for c in _calls(tree):
-        name = _called(c)
-        if name == "add_argument":
-            out.update(_declared(c))
-        elif name in shared:  # a shared group, and an old spelling it is given
-            out.update(shared[name])
-            out.update({v.value: True for v in [*c.args, *(k.value for k in c.keywords)]
-                        if isinstance(v, ast.Constant) and isinstance(v.value, str)
-                        and v.value.startswith("--")})
-    return out
-
-
-def _shared_groups():
-    """{function of this module: the options it adds}."""
-    with open(__file__) as f:
-        tree = ast.parse(f.read())
-    out = {}
-    for fn in tree.body:
-        if isinstance(fn, ast.FunctionDef):
-            opts = {}
-            for c in _calls(fn):
-                if _called(c) == "add_argument":
-                    opts.update(_declared(c))
-            if opts:
-                out[fn.name] = opts
+def _options(parser):
+    """{option: takes a value} of ``parser`` and of its subcommands' parsers (a
+    BooleanOptionalAction's ``--no-`` form is one of its option strings)."""
+    out = {o: a.nargs != 0 for o, a in parser._option_string_actions.items()
+           if o not in ("-h", "--help")}
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                out.update(_options(sub))
     return out
 
 
 def command_options(module):
-    """{option: takes a value} of the command whose options ``module`` (the second field
-    of :data:`COMMANDS`) declares; read from its source, not imported (train's imports
-    torch: seconds, for a hint on a typo)."""
-    parts = module.split(".")[1:]
-    path = os.path.join(_HERE, *parts)
-    return _source_options(path + ".py" if os.path.isfile(path + ".py")
-                           else os.path.join(path, "__init__.py"))
+    """{option: takes a value} of the command whose parser ``module`` (the second field of
+    :data:`COMMANDS`) builds with its ``build_parser()``, subcommands' options included.
+    Imported by name: the commands sit above this module, and their parser modules import
+    nothing heavy (tests/test_cli.py checks)."""
+    return _options(import_module(module).build_parser())
 
 
 def _command_of(prog):

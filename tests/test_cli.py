@@ -194,14 +194,38 @@ def test_bench_prefetch_is_deprecated_in_one_line(tmp_path):
 
 # ---- an option of another command: said, not only refused ----------------------------------
 @pytest.mark.parametrize("module", ["hpcio.bench", "hpcio.sweep", "hpcio.train.options"])
-def test_command_options_read_from_source_are_the_parsers(module):
-    """The hints know a command's options without importing it: what its source declares
-    (with the shared groups it calls) is what its parser takes."""
+def test_command_options_are_the_parsers(module):
+    """The hints know a command's options from its own parser (``build_parser``)."""
     import importlib
     parser = importlib.import_module(module).build_parser()
     want = {o: a.nargs != 0 for o, a in parser._option_string_actions.items()
             if o not in ("-h", "--help")}
     assert command_options(module) == want
+
+
+def test_command_options_of_subcommands():
+    """A subcommand's options are its command's; a BooleanOptionalAction's --no- form too."""
+    assert command_options("hpcio.simulate.__main__")["--readers"] is True
+    assert command_options("hpcio.results")["--output"] is True
+    assert command_options("hpcio.measure.darshan")["--parser"] is True
+    train = command_options("hpcio.train.options")
+    assert train["--augment"] is False and train["--no-augment"] is False
+
+
+#: what a parser module must not load: the hint on a mistyped option imports them all
+HEAVY = ("torch", "mpi4py", "matplotlib", "h5py")
+
+
+def test_parser_modules_load_nothing_heavy():
+    """Every command's parser module (and so ``command_options``) imports without torch,
+    mpi4py, matplotlib or h5py, in a fresh interpreter."""
+    modules = sorted({options for _, options, _ in TABLE.values()})
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}:\n"
+            "    importlib.import_module(m).build_parser()\n"
+            f"print(sorted(h for h in {HEAVY!r} if h in sys.modules))\n")
+    p = run_py(["-c", code], timeout=120, check=True)
+    assert p.stdout.strip() == "[]", p.stdout
 
 
 def test_every_command_table_entry_is_a_module():

@@ -60,7 +60,7 @@ SIEVE_BELOW = 16 << 10
 
 
 def _mpi():
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     return MPI
 
 

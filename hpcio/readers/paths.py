@@ -55,7 +55,7 @@ ADVISE_GAP = 32 << 10
 
 
 def _mpi():
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     return MPI
 
 

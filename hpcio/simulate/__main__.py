@@ -17,7 +17,7 @@ from .platform import load_platform, platform_dict
 from ..explain.runs import expand
 from .workload import median_of_repeats, workload_from_run
 
-__all__ = ["main"]
+__all__ = ["main", "build_parser"]
 
 
 def _ranks(text):
@@ -325,7 +325,7 @@ def _accelerators(points, simulate_at, threshold, platform, measured_max):
     return out
 
 
-def _parser():
+def build_parser():
     ap = argparse.ArgumentParser(prog="python -m hpcio.simulate", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     c = sub.add_parser("calibrate", help="fit latency, bandwidth and CPU per sample to runs")
@@ -359,7 +359,7 @@ def _parser():
 
 
 def main(argv=None):
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     return args.func(args)
 
 
