@@ -164,7 +164,7 @@ COMMANDS = {
               "each reader against the machine's own read limits, runs interleaved"),
     "train": ("hpcio.train", "hpcio.train.options",
               "data-parallel training on MPI ranks with per-step stall accounting"),
-    "sweep": ("hpcio.sweep", "hpcio.sweep",
+    "sweep": ("hpcio.sweep", "hpcio.sweep.command",
               "one train job per point (ranks x reader x data), resumable"),
     "analyze": ("hpcio.analyze", "hpcio.analyze",
                 "a report on runs and sweeps: how stall scales, with Darshan's counters"),
@@ -351,8 +351,9 @@ def _shared_groups():
 
 def command_options(module):
     """{option: takes a value} of the command whose options ``module`` (the second field
-    of :data:`COMMANDS`) declares; read from its source, not imported (train's imports
-    torch: seconds, for a hint on a typo)."""
+    of :data:`COMMANDS`, or the first: the module a command runs as) declares; read from
+    its source, not imported (train's imports torch: seconds, for a hint on a typo)."""
+    module = next((o for m, o, _ in COMMANDS.values() if m == module), module)
     parts = module.split(".")[1:]
     path = os.path.join(_HERE, *parts)
     return _source_options(path + ".py" if os.path.isfile(path + ".py")

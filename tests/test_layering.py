@@ -18,7 +18,8 @@ LAYERS = [
     {"formats", "explain"},
     {"readers"},
     {"cli"},
-    {"datagen", "train", "simulate", "bench", "sweep", "demo", "analyze", "results"},
+    {"train"},
+    {"datagen", "simulate", "bench", "sweep", "demo", "analyze", "results"},
     {"__main__"},
 ]
 LAYER = {unit: k for k, units in enumerate(LAYERS) for unit in units}
