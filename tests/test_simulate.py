@@ -207,7 +207,7 @@ def test_run_queue_and_reader_costs_in_their_files(tmp_path):
     """``compute.cpu_quantum_us`` is read and written back as read; a calibration's
     ``readers.R.cpu_ms_per_mib`` is taken by ``predict --readers``."""
     from hpcio.simulate.platform import parse_platform, platform_dict
-    from hpcio.simulate.__main__ import _readers
+    from hpcio.simulate.calibration import load_readers
     import yaml
     d = yaml.safe_load(GOOD)
     d["compute"]["cpu_quantum_us"] = 1500
@@ -222,7 +222,7 @@ def test_run_queue_and_reader_costs_in_their_files(tmp_path):
     cal = tmp_path / "fit.yaml"
     cal.write_text("readers: {naive: {cpu_us_per_sample: 250, cpu_ms_per_mib: 4, "
                    "window_kib: 256}}\n")
-    (got, _) = _readers(str(cal))
+    (got, _) = load_readers(str(cal))
     assert got["naive"]["cpu_s_per_byte"] == pytest.approx(4e-3 / 2 ** 20)
 
 
