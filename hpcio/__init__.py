@@ -38,11 +38,16 @@ Where things live (one home per concern)::
                 export`` for runs as MLPerf Storage-style rows)
     mpiutil.py  MPI patterns: work on rank 0 with errors raised everywhere, node
                 communicators, array broadcasts; mpicompat.py: MPI stacks known to break
-    sweep.py    the ``sweep`` command: one train job per point, resumable
+    sweep/      the ``sweep`` command: one train job per point, resumable: its spec (each
+                key checked by one table, spec.py), the sweep directory (sweepdir.SweepDir,
+                the one reader and writer of sweep.json, checked by measure/schema.py),
+                the loop, the process supervisor, and the accelerators search (search.py,
+                on explain/accelerators.py's bisection)
     simulate/   the ``simulate`` command: a SimGrid model of the platform (platform files
                 in platforms/) replaying each reader's request pattern (``@pattern``
                 beside the reader), calibrated on runs and validated on held-out rank
-                counts
+                counts (predict.py: the validation, templates, points, accelerators
+                supported), its prediction written and read by explain/prediction.py
     mapfault.py  a fault in a mapped shard turned into a line naming the shard
     cli.py, errors.py, fsutil.py, progress.py    argument types, the command table and
                 the options commands share, one-line errors, atomic files, progress on
@@ -56,7 +61,8 @@ summary in explain/summary.py; a new command a module with ``main`` run under
 
 The layers, lowest first (a package imports only from those below it; no private name
 crosses modules; tests/test_layering.py checks both): errors; fsutil, mpiutil, plan,
-progress; data, measure, cache, workloads; formats, explain; readers; cli; the commands; __main__.
+progress; data, measure, cache, workloads; formats, explain; readers; cli; train; the other
+commands (the sweep reads its train options with train's own parser); __main__.
 
 Three imports are deferred, and only these: mpi4py is imported inside the functions that
 use MPI (importing it initialises MPI), torch only by the training modules (it takes
