@@ -44,7 +44,7 @@ from ..explain import accelerators
 from ..mpiutil import launcher
 from .loop import Sweep
 from .search import find_max
-from .spec import checked, points, train_options, unknown_keys
+from .spec import checked, points, unknown_keys
 from .sweepdir import SweepDir
 
 __all__ = ["build_parser", "settings", "main"]
@@ -146,13 +146,11 @@ def main(argv=None):
     s = settings(list(sys.argv[1:] if argv is None else argv))
     pts = points(s["data"], s["readers"], s["ranks"], s["reader_options"])
     cores = os.cpu_count() or 1
-    train = train_options(s["train"])
-    emulate = train.model == "emulate" or (train.model is None and train.workload)
-    over = [p.ranks for p in pts if p.ranks > cores]   # a --workload's model is emulate
-    if over and not emulate:
+    over = [p.ranks for p in pts if p.ranks > cores]
+    sweep = Sweep(s, SweepDir(os.path.abspath(s["out"])), cores, bool(over))
+    if over and not sweep.emulated:
         raise HpcioError(f"{max(over)} ranks on {cores} cores: only emulated compute "
                          f"(--model emulate) may oversubscribe the cores", everywhere=True)
-    sweep = Sweep(s, train, SweepDir(os.path.abspath(s["out"])), cores, bool(over))
     if s["find_max_accelerators"]:
         return find_max(sweep)
     todo = [(rep, p) for rep in range(s["repeat"]) for p in pts]
@@ -163,4 +161,5 @@ def main(argv=None):
         return 0
     sweep.dir.make()
     with sweep.dir.locked():
+        sweep.train  # a bad train option is one line before the record is written
         return sweep.run(todo)[0]

@@ -9,11 +9,12 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
+from functools import cached_property
 
 from ..errors import HpcioError
 from ..measure.schema import SWEEP_STATUSES as STATUSES
 from .outcome import outcome
-from .spec import Point
+from .spec import Point, train_options
 from .supervise import Forward, run_job
 from .sweepdir import SweepDir, recorded_dirs
 
@@ -27,14 +28,25 @@ CLEARED = ("error", "figures", "signal", "stderr")
 
 @dataclass
 class Sweep:
-    """One sweep: its settings, the train options they give (as hpcio.train reads them),
-    its directory, and the cores and whether its points oversubscribe them (recorded)."""
+    """One sweep: its settings, its directory, and the cores and whether its points
+    oversubscribe them (recorded)."""
 
     settings: dict
-    train: argparse.Namespace
     dir: SweepDir
     cores: int
-    oversubscribed: bool
+    oversubscribed: bool = False
+
+    @cached_property
+    def train(self) -> argparse.Namespace:
+        """The train options as hpcio.train reads them (:func:`.spec.train_options`), on
+        first use: a sweep refused at the lock does not wait for train's imports."""
+        return train_options(self.settings["train"])
+
+    @property
+    def emulated(self) -> bool:
+        """Whether the runs emulate compute (a ``--workload``'s model is emulate)."""
+        t = self.train
+        return t.model == "emulate" or (t.model is None and t.workload is not None)
 
     def command(self, point, run_dir):
         """The launcher's words for one train job of ``point`` into ``run_dir``: a cold
