@@ -165,7 +165,7 @@ COMMANDS = {
               "each reader against the machine's own read limits, runs interleaved"),
     "train": ("hpcio.train", "hpcio.train.options",
               "data-parallel training on MPI ranks with per-step stall accounting"),
-    "sweep": ("hpcio.sweep", "hpcio.sweep",
+    "sweep": ("hpcio.sweep", "hpcio.sweep.command",
               "one train job per point (ranks x reader x data), resumable"),
     "analyze": ("hpcio.analyze", "hpcio.analyze",
                 "a report on runs and sweeps: how stall scales, with Darshan's counters"),
@@ -302,9 +302,11 @@ def _options(parser):
 
 def command_options(module):
     """{option: takes a value} of the command whose parser ``module`` (the second field of
-    :data:`COMMANDS`) builds with its ``build_parser()``, subcommands' options included.
-    Imported by name: the commands sit above this module, and their parser modules import
-    nothing heavy (tests/test_cli.py checks)."""
+    :data:`COMMANDS`, or the first: the module a command runs as) builds with its
+    ``build_parser()``, subcommands' options included. Imported by name: the commands sit
+    above this module, and their parser modules import nothing heavy (tests/test_cli.py
+    checks)."""
+    module = next((o for m, o, _ in COMMANDS.values() if m == module), module)
     return _options(import_module(module).build_parser())
 
 

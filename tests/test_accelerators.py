@@ -10,7 +10,7 @@ from common.datasets import make_dataset
 from common.failure import one_line
 from common.inproc import run_main
 from common.mpi import run_py
-from hpcio.explain.accelerators import judge, rules, search
+from hpcio.explain.accelerators import bracket, judge, rules, search
 
 
 def runs(*pairs, status="done"):
@@ -50,6 +50,22 @@ def test_search_bisects_the_counts(limit, expect, probes):
         return n <= limit
     assert search([16, 1, 2, 4, 8], probe) == expect
     assert seen == probes
+
+
+def test_bracket_takes_known_counts_and_bisects_between_them():
+    """The simulation's use: every asked count known, then the counts between the last
+    that passes and the first that fails, none of the known probed again."""
+    seen = []
+
+    def probe(n):
+        seen.append(n)
+        return n <= 5
+    known = {1: True, 4: True, 8: False, 16: False}
+    assert bracket(known, probe, known=known, between=True) == (5, 6)
+    assert seen == [6, 5]
+    assert bracket(known, probe, known=known) == (4, 8)   # a sweep: the candidates only
+    assert bracket([2, 1], lambda n: False) == (None, 1)
+    assert bracket({1: 1, 2: 1}, probe, known={1: True, 2: True}, between=True) == (2, None)
 
 
 @pytest.fixture(scope="module")

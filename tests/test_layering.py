@@ -20,7 +20,8 @@ LAYERS = [
     {"formats", "explain"},
     {"readers"},
     {"cli"},
-    {"datagen", "train", "simulate", "bench", "sweep", "demo", "analyze", "results"},
+    {"train"},
+    {"datagen", "simulate", "bench", "sweep", "demo", "analyze", "results"},
     {"__main__"},
 ]
 LAYER = {unit: k for k, units in enumerate(LAYERS) for unit in units}
@@ -126,9 +127,7 @@ DEFERRED = {
     "hpcio/readers/hints.py": {"mpi4py"},
     "hpcio/readers/nodeshare.py": {"mpi4py"},
     "hpcio/readers/paths.py": {"mpi4py"},
-    "hpcio/simulate/__main__.py": {"hpcio.plan"},
     "hpcio/simulate/engine.py": {"simgrid"},
-    "hpcio/sweep.py": {"hpcio.readers"},
     "hpcio/train/__main__.py": {"hpcio.train.trainer"},
     "hpcio/train/checkpoint.py": {"torch"},
     "hpcio/train/dist.py": {"mpi4py", "torch", "torch.distributed", "torch.nn.parallel",
@@ -137,8 +136,6 @@ DEFERRED = {
     "hpcio/train/exchange.py": {"mpi4py", "torch", "torch.distributed"},
     "hpcio/train/stop.py": {"mpi4py"},
 }
-#: being rewritten elsewhere: their deferred imports are listed, their comments not required
-UNCOMMENTED = {"hpcio/sweep.py", "hpcio/simulate/__main__.py"}
 
 
 FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
@@ -177,8 +174,6 @@ def test_every_deferred_import_says_why():
     silent = []
     for path in _sources("hpcio"):
         rel = str(path.relative_to(ROOT))
-        if rel in UNCOMMENTED:
-            continue
         text = path.read_text().splitlines()
         for line, targets in sorted(_deferred(path).items()):
             k = line - 1

@@ -15,7 +15,7 @@ from hpcio.simulate.platform import load_platform
 from hpcio.simulate.workload import Workload
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "hpcio-runs")
+RUNS = os.path.join(ROOT, "tests", "fixtures", "hpcio-runs")
 TESTBED = os.path.join(ROOT, "platforms", "testbed.yaml")
 FIXTURES = [os.path.join(RUNS, f"pfs-inet-lmdb-{r}-n{n}")
             for r in ("naive", "coordinated") for n in (1, 2, 4)]
@@ -207,7 +207,7 @@ def test_run_queue_and_reader_costs_in_their_files(tmp_path):
     """``compute.cpu_quantum_us`` is read and written back as read; a calibration's
     ``readers.R.cpu_ms_per_mib`` is taken by ``predict --readers``."""
     from hpcio.simulate.platform import parse_platform, platform_dict
-    from hpcio.simulate.__main__ import _readers
+    from hpcio.simulate.calibration import load_readers
     import yaml
     d = yaml.safe_load(GOOD)
     d["compute"]["cpu_quantum_us"] = 1500
@@ -222,7 +222,7 @@ def test_run_queue_and_reader_costs_in_their_files(tmp_path):
     cal = tmp_path / "fit.yaml"
     cal.write_text("readers: {naive: {cpu_us_per_sample: 250, cpu_ms_per_mib: 4, "
                    "window_kib: 256}}\n")
-    (got, _) = _readers(str(cal))
+    (got, _) = load_readers(str(cal))
     assert got["naive"]["cpu_s_per_byte"] == pytest.approx(4e-3 / 2 ** 20)
 
 

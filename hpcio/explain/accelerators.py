@@ -1,8 +1,9 @@
 """MLPerf Storage's headline figure: the largest number of simulated accelerators (ranks)
 whose AU stays at or above the workload's threshold. What a probed rank count's runs say
-(:func:`judge`), the search over the counts (:func:`search`), and whether a search kept to
-the rules (:func:`rules`): pure functions over sweep records, so ``hpcio.sweep`` runs the
-probes and nothing here launches anything.
+(:func:`judge`), the search over the counts (:func:`bracket`, :func:`search`: the one
+bisection, for the sweep's measured probes and the simulation's), and whether a search
+kept to the rules (:func:`rules`): pure functions, so ``hpcio.sweep`` and
+``hpcio.simulate`` run the probes and nothing here launches anything.
 
 The rules, as MLPerf Storage's training rules state them: a warm-up run before the
 measured ones, five measured runs per point, every measured run at or above the AU
@@ -15,8 +16,8 @@ import statistics
 from ..errors import HpcioError
 from ..workloads import load as load_workload
 
-__all__ = ["RUNS", "WARMUP", "AGREE", "threshold", "records_of", "judge", "search", "rules",
-           "answer_line", "simulated_line"]
+__all__ = ["RUNS", "WARMUP", "AGREE", "threshold", "records_of", "judge", "bracket", "search",
+           "rules", "answer_line", "simulated_line"]
 
 RUNS, WARMUP = 5, 1          # measured runs per point, warm-ups before them
 AGREE = 0.05                 # the measured runs' samples/s spread, over their median
@@ -72,21 +73,39 @@ def judge(runs, fraction):
     return out
 
 
-def search(candidates, probe):
-    """The largest of ``candidates`` for which ``probe(n)`` is true, assuming a count that
-    fails makes every larger one fail (more ranks ask more of the storage): the smallest
-    first, then bisection. 0 when the smallest already fails."""
-    c = sorted(set(candidates))
-    if not probe(c[0]):
-        return 0
+def bracket(candidates, probe, known=None, between=False):
+    """(the largest count that passes, the smallest above it that fails), either None,
+    assuming a count that fails makes every larger one fail (more ranks ask more of the
+    storage). ``probe(n)`` says whether ``n`` passes; ``known`` ({count: passed}) holds
+    counts already probed, which are not probed again (every count past a known failure
+    fails). Over ``candidates``, the smallest first, then bisection; ``between``: then
+    also the counts between the two (a simulation can probe any count, a sweep only those
+    it was given)."""
+    known = dict(known or {})
+
+    def passes(n):
+        if n not in known:
+            known[n] = bool(probe(n))
+        return known[n]
+    failed = min((n for n, ok in known.items() if not ok), default=None)
+    c = [n for n in sorted(set(candidates)) if failed is None or n <= failed] or [failed]
+    if not passes(c[0]):
+        return None, c[0]
     lo, hi = 0, len(c)                # c[lo] passes; c[hi:] fail or are unprobed above
     while lo + 1 < hi:
         mid = (lo + hi) // 2
-        if probe(c[mid]):
-            lo = mid
-        else:
-            hi = mid
-    return c[lo]
+        lo, hi = (mid, hi) if passes(c[mid]) else (lo, mid)
+    lo, hi = c[lo], (c[hi] if hi < len(c) else None)
+    while between and hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    return lo, hi
+
+
+def search(candidates, probe):
+    """The largest of ``candidates`` for which ``probe(n)`` is true (:func:`bracket`); 0
+    when the smallest already fails."""
+    return bracket(candidates, probe)[0] or 0
 
 
 def rules(warmup, runs, probes=()):
