@@ -12,9 +12,10 @@ import yaml
 from .errors import HpcioError
 
 __all__ = ["ArgumentParser", "HelpFormatter", "ExamplesFormatter", "load_config", "rank0",
-           "integer", "number", "seconds", "positive", "fraction", "shape", "MAX_SECONDS",
-           "parse_key_values", "COMMANDS", "split_reader_spec", "reader_options", "reader_spec",
-           "add_reader_arguments", "add_plan_arguments", "command_options", "misplaced_hint"]
+           "integer", "number", "seconds", "positive", "fraction", "au_percent", "shape",
+           "MAX_SECONDS", "parse_key_values", "add_renamed", "COMMANDS", "split_reader_spec",
+           "reader_options", "reader_spec", "add_reader_arguments", "add_plan_arguments",
+           "command_options", "misplaced_hint"]
 
 
 def rank0():
@@ -129,6 +130,17 @@ positive = number(0.0, MAX_SECONDS, above=True)
 fraction = number(0.0, 1.0)
 
 
+def au_percent(v):
+    """An AU threshold in percent (90 for 90%), the unit summaries and MLPerf Storage's
+    results print AU in, in every command; 1 or less is refused as what looks like a
+    fraction (DLIO's ``metric.au`` is one: converted where a workload is read)."""
+    f = number(0.0, 100.0, above=True)(v)
+    if f <= 1:
+        raise argparse.ArgumentTypeError(f"{v!r} looks like a fraction: AU thresholds are "
+                                         f"percent ({100 * f:g} for {100 * f:g}%)")
+    return f
+
+
 def shape(text):
     """``HxWxC`` -> (H, W, C)."""
     try:
@@ -227,19 +239,26 @@ def reader_spec(spec):
 
 class _Renamed(argparse.Action):
     """An option's old spelling, kept for one release: sets the new option's value and says
-    once on stderr (rank 0) that it is deprecated."""
+    once on stderr (rank 0) that it is deprecated, and why."""
 
-    def __init__(self, option_strings, dest, new=None, **kw):
-        self.new = new
+    def __init__(self, option_strings, dest, new=None, why="", **kw):
+        self.new, self.why = new, why
         super().__init__(option_strings, dest, **kw)
 
     def __call__(self, parser, namespace, values, option_string=None):
         if rank0():
-            prog = parser.prog.split()[-1]
-            print(f"{prog}: {option_string} is deprecated, use {self.new} (the same option, "
-                  f"one spelling in every command); {option_string} goes in the next release",
+            print(f"{_command_of(parser.prog)}: {option_string} is deprecated, use {self.new} (the same option"
+                  f"{self.why}); {option_string} goes in the next release",
                   file=sys.stderr, flush=True)
         setattr(namespace, self.dest, values)
+
+
+def add_renamed(group, old, new, why, **kw):
+    """``old``: the spelling option ``new`` had, kept for one release (give it ``new``'s
+    ``dest``, type and default); ``why`` says why it changed (``, one spelling in every
+    command``)."""
+    group.add_argument(old, action=_Renamed, new=new, why=why, **kw,
+                       help=f"deprecated spelling of {new}")
 
 
 def add_reader_arguments(group, verify_off, old_prefetch=None):
@@ -255,8 +274,8 @@ def add_reader_arguments(group, verify_off, old_prefetch=None):
                        help="requests the reader keeps in flight ahead of the step "
                             "(coordinated; default: the reader's own)")
     if old_prefetch:
-        group.add_argument(old_prefetch, action=_Renamed, new="--reader-prefetch", **prefetch,
-                           help="deprecated spelling of --reader-prefetch")
+        add_renamed(group, old_prefetch, "--reader-prefetch", ", one spelling in every command",
+                    **prefetch)
     group.add_argument("--verify", default="records", choices=VERIFY,
                        help="what the reader checks on delivery: every record's CRC32C and "
                             "the files' identity (records), the files' identity and sizes "

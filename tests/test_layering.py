@@ -126,7 +126,7 @@ DEFERRED = {
     "hpcio/readers/h5mpio.py": {"h5py", "mpi4py"},
     "hpcio/readers/hints.py": {"mpi4py"},
     "hpcio/readers/nodeshare.py": {"mpi4py"},
-    "hpcio/readers/paths.py": {"mpi4py"},
+    "hpcio/readers/routes.py": {"mpi4py"},
     "hpcio/simulate/engine.py": {"simgrid"},
     "hpcio/train/__main__.py": {"hpcio.train.trainer"},
     "hpcio/train/checkpoint.py": {"torch"},

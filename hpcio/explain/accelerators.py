@@ -24,22 +24,16 @@ AGREE = 0.05                 # the measured runs' samples/s spread, over their m
 
 
 def threshold(given, spec):
-    """(AU threshold as a fraction, where it comes from): ``given`` (the train options'
-    ``--au-threshold``), else the workload ``spec``'s (their ``--workload``)."""
+    """(AU threshold in percent, where it comes from): ``given`` (the train options'
+    ``--au-threshold``, read by train's parser), else the workload ``spec``'s (their
+    ``--workload``)."""
     if given is not None:
-        try:
-            v = float(given)
-        except ValueError:
-            v = -1.0
-        if not 0 < v <= 1:
-            raise HpcioError(f"--au-threshold {given!r}: a fraction, 0.9 for 90%",
-                             everywhere=True)
-        return v, "--au-threshold"
+        return float(given), "--au-threshold"
     w = load_workload(spec) if spec else None
     if w is None or w.au_threshold is None:
         raise HpcioError("--find-max-accelerators needs an AU threshold: give the train "
                          "options a --workload (e.g. -- --workload unet3d_h100) or "
-                         "--au-threshold F after --", everywhere=True)
+                         "--au-threshold PERCENT after --", everywhere=True)
     return w.au_threshold, f"workload {w.name}"
 
 
@@ -48,7 +42,7 @@ def records_of(spec):
     return load_workload(spec).records if spec else None
 
 
-def judge(runs, fraction):
+def judge(runs, percent):
     """What the measured runs of one rank count say: passed (every run finished with AU
     >= the threshold), their AU and samples/s, whether they agree, and a verdict line."""
     done = [r for r in runs if r["status"] == "done" and
@@ -62,12 +56,12 @@ def judge(runs, fraction):
                            f"fails")
         return out
     spread = (max(rate) - min(rate)) / statistics.median(rate) if min(rate) > 0 else 0.0
-    passed = min(au) >= 100 * fraction
+    passed = min(au) >= percent
     out.update(passed=passed, agree=spread <= AGREE, spread_percent=100 * spread,
                au_percent_median=statistics.median(au))
     out["verdict"] = (f"AU {statistics.median(au):.1f}% ({min(au):.1f}-{max(au):.1f}) over "
                       f"{len(au)} run(s) {'>=' if passed else 'not all >='} "
-                      f"{100 * fraction:.0f}%: {'pass' if passed else 'fails'}; samples/s "
+                      f"{percent:.0f}%: {'pass' if passed else 'fails'}; samples/s "
                       f"spread {100 * spread:.1f}%"
                       + ("" if spread <= AGREE else f" (> {100 * AGREE:.0f}%: disagree)"))
     return out

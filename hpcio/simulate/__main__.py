@@ -5,6 +5,7 @@ every time (measured points simulated back, and the largest rank count held out)
 import argparse
 import sys
 
+from ..cli import ArgumentParser, add_renamed, au_percent
 from ..errors import HpcioError, guard
 from ..explain.prediction import FILES, write_prediction
 from ..plan import SHUFFLES
@@ -65,15 +66,15 @@ def _variant(text):
 def _fitted(args, platform, ws):
     """(fit, its line, the held-out check or None): fitted to the runs, or the readers'
     costs from ``--readers`` on the platform as described; the validation printed."""
-    if args.readers:
-        params, where = load_readers(args.readers)
+    if args.reader_costs:
+        params, where = load_readers(args.reader_costs)
         missing = sorted({w.label for w in ws} - set(params))
         if missing:
-            raise HpcioError(f"{args.readers}: no fitted costs for {', '.join(missing)}")
+            raise HpcioError(f"{args.reader_costs}: no fitted costs for {', '.join(missing)}")
         fit = Fit(platform, params)
-        print(f"readers' costs from {args.readers} (calibrated on {len(where)} runs); "
+        print(f"readers' costs from {args.reader_costs} (calibrated on {len(where)} runs); "
               f"{platform.name}'s storage as its file describes it, not fitted")
-        fit_text = fit_line(fit).replace("fitted", f"used (from {args.readers})")
+        fit_text = fit_line(fit).replace("fitted", f"used (from {args.reader_costs})")
         print(fit_text)
         print("validation: none on this platform; the predictions below are unvalidated")
         return fit, fit_text, None
@@ -138,7 +139,7 @@ def _supported_text(v):
 
 
 def build_parser():
-    ap = argparse.ArgumentParser(prog="python -m hpcio.simulate", description=__doc__)
+    ap = ArgumentParser(prog="python -m hpcio.simulate", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     c = sub.add_parser("calibrate", help="fit latency, bandwidth and CPU per sample to runs")
     c.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP",
@@ -157,10 +158,12 @@ def build_parser():
     p.add_argument("--also", type=_variant, action="append", metavar="READER[:SHUFFLE]",
                    help="also predict a reader the runs did not use, from its reader's runs "
                         "and costs: naive-cursor:none (Caffe's cursor), coordinated:none")
-    p.add_argument("--readers", metavar="CALIBRATION.yaml",
+    p.add_argument("--reader-costs", metavar="CALIBRATION.yaml",
                    help="take each reader's costs from `calibrate -o` (e.g. on the testbed) "
                         "and the platform's storage as described, fitting nothing")
-    p.add_argument("--au-threshold", type=float, default=90.0, metavar="PERCENT",
+    add_renamed(p, "--readers", "--reader-costs", ": --readers names reader specs in "
+                "hpcio.bench", dest="reader_costs", metavar="CALIBRATION.yaml")
+    p.add_argument("--au-threshold", type=au_percent, default=90.0, metavar="PERCENT",
                    help="AU the accelerators-supported count keeps (MLPerf Storage: 90 for "
                         "resnet50 and unet3d, 70 for cosmoflow)")
     p.add_argument("--scale-out", action="store_true",

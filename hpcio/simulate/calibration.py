@@ -1,5 +1,5 @@
 """The calibration file (``python -m hpcio.simulate calibrate -o``): the fitted platform
-with each reader's costs, written and read back here only, so ``predict --readers`` takes
+with each reader's costs, written and read back here only, so ``predict --reader-costs`` takes
 what ``calibrate`` wrote."""
 
 import os

@@ -40,7 +40,7 @@ def find_max(sweep):
     threshold, source = _threshold(sweep)
     if s["dry_run"]:
         print(f"hpcio.sweep: would search {', '.join(map(str, s['ranks']))} ranks for AU >= "
-              f"{100 * threshold:.0f}% ({source})", flush=True)
+              f"{threshold:.0f}% ({source})", flush=True)
         return 0
     sweep.dir.make()
     probes = {}
@@ -48,7 +48,7 @@ def find_max(sweep):
     def search_doc(answer):
         done = [dict(ranks=n, **probes[n]) for n in sorted(probes)]
         ok, why = accelerators.rules(s["warmup"], s["repeat"], done)
-        return {"threshold_percent": 100 * threshold, "threshold_from": source,
+        return {"threshold_percent": threshold, "threshold_from": source,
                 "candidates": s["ranks"], "warmup": s["warmup"], "runs": s["repeat"],
                 "probes": done, "max_accelerators": answer,
                 "rules": {"followed": ok, "reasons": why}}
@@ -98,7 +98,7 @@ def simulate_beyond(sweep, doc, answer, threshold):
                                 f"batch {config['batch']}")
     cmd = [sys.executable, "-m", "hpcio.simulate", "predict", "--platform", platform,
            "--from", *runs, "--ranks", ",".join(map(str, beyond)), "--records", str(records),
-           "--au-threshold", str(100 * threshold), "--scale-out", "-o", where]
+           "--au-threshold", str(threshold), "--scale-out", "-o", where]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode:
         return dict(base, error=error_line(p.stderr))

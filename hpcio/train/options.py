@@ -8,8 +8,8 @@ Every error is one line.
 
 import argparse
 
-from ..cli import (ArgumentParser, add_plan_arguments, add_reader_arguments, fraction, integer,
-                   load_config, parse_key_values, positive, seconds)
+from ..cli import (ArgumentParser, add_plan_arguments, add_reader_arguments, au_percent,
+                   fraction, integer, load_config, parse_key_values, positive, seconds)
 from ..cli import reader_options as parse_reader_options
 from ..errors import HpcioError
 from ..progress import EVERY
@@ -102,8 +102,8 @@ def _add_model(g):
     g.add_argument("--exchange-via", default="gloo", choices=tuple(TRANSPORTS),
                    help="emulate: the exchange's transport: torch.distributed gloo (no "
                         "MPI lock, so MPI-IO readers cannot delay it) or MPI")
-    g.add_argument("--au-threshold", type=fraction, default=None, metavar="F",
-                   help="the AU (a fraction, 0.9 for 90%%) the run must keep to pass, as "
+    g.add_argument("--au-threshold", type=au_percent, default=None, metavar="PERCENT",
+                   help="the AU in percent (90 for 90%%) the run must keep to pass, as "
                         "MLPerf Storage judges a run: the summary says pass or fail "
                         "(default: the workload's, else no pass line)")
     g.add_argument("--lr", type=positive, default=0.01, help="SGD learning rate")

@@ -692,8 +692,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
                          "samples/s and MiB/s count every step",
         "exchange": exchange,
         "workload": args.workload,
-        "au_threshold_percent": (None if args.au_threshold is None
-                                 else 100.0 * args.au_threshold),
+        "au_threshold_percent": args.au_threshold,
     }
     tail = {
         "cache": epochs[0]["cache"] if epochs else None,
