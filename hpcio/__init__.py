@@ -38,11 +38,18 @@ Where things live (one home per concern)::
                 export`` for runs as MLPerf Storage-style rows)
     mpiutil.py  MPI patterns: work on rank 0 with errors raised everywhere, node
                 communicators, array broadcasts; mpicompat.py: MPI stacks known to break
-    sweep.py    the ``sweep`` command: one train job per point, resumable
+    sweep/      the ``sweep`` command: one train job per point, resumable: its spec (each
+                key checked by one table, spec.py), the sweep directory (sweepdir.SweepDir,
+                the one reader and writer of sweep.json, checked by measure/schema.py),
+                the loop, the process supervisor, and the accelerators search (search.py,
+                on explain/accelerators.py's bisection)
     simulate/   the ``simulate`` command: a SimGrid model of the platform (platform files
                 in platforms/) replaying each reader's request pattern (``@pattern``
                 beside the reader), calibrated on runs and validated on held-out rank
-                counts
+                counts; engine.py runs cases, topology.py builds hosts and links,
+                actors.py holds the ranks' step loops, costs.py what their work costs;
+                predict.py: the validation, templates, points, accelerators supported;
+                its prediction written and read by explain/prediction.py
     mapfault.py  a fault in a mapped shard turned into a line naming the shard
     cli.py, errors.py, fsutil.py, progress.py    argument types, the command table and
                 the options commands share, one-line errors, atomic files, progress on
@@ -52,18 +59,23 @@ Where things live (one home per concern)::
 A new format is a module in formats/ added to FORMATS; a new reader a class in readers/
 decorated with ``@register``; a new per-step figure a column in measure/steps.py and its
 summary in explain/summary.py; a new command a module with ``main`` run under
-``errors.guard``, and its line in ``cli.COMMANDS``.
+``errors.guard``, a ``build_parser`` that imports nothing heavy (a usage error asks every
+command's parser whose option it was), and its line in ``cli.COMMANDS``.
 
 The layers, lowest first (a package imports only from those below it; no private name
 crosses modules; tests/test_layering.py checks both): errors; fsutil, mpiutil, plan,
-progress; data, measure, cache, workloads; formats, explain; readers; cli; the commands; __main__.
+progress; data, measure, cache, workloads; formats, explain; readers; cli; train; the other
+commands (the sweep reads its train options with train's own parser); __main__.
 
-Three imports are deferred, and only these: mpi4py is imported inside the functions that
-use MPI (importing it initialises MPI), torch only by the training modules (it takes
-seconds), so dataset tools and the analysis start without either, and the analyze
-command's report (matplotlib, the ``[analysis]`` extra that compute nodes need not have)
-inside its ``main``, so a missing extra is one line. Every other import is at the top of
-its module.
+Imports are deferred into functions only for a heavy library, each with its reason in a
+comment: mpi4py (importing it initialises MPI), torch (seconds; the training modules'
+options, model names and exchange sizes load without it), h5py (HDF5's library, for HDF5
+data only), and the optional ones: matplotlib behind the analyze command's report (the
+``[analysis]`` extra, so a missing extra is one line), PyDarshan, pynvml, Horovod and
+SimGrid; cli.py's shared groups import the readers (numpy) when called, so ``hpcio --help``
+loads the command table alone. Dataset tools and the analysis start without MPI or torch.
+Every other import is at the top of its module; tests/test_layering.py holds the list
+(``DEFERRED``), and no function is longer than 100 lines.
 """
 
 __version__ = "0.1.0"

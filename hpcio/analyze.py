@@ -2,7 +2,7 @@
 scales.
 
     python -m hpcio.analyze sweeps/pfs -o reports/pfs
-    python -m hpcio.analyze runs/a runs/b sweeps/s -o out --format html,md --baseline naive
+    python -m hpcio.analyze runs/a runs/b sweeps/s -o out --report-formats html,md --baseline naive
     python -m hpcio.analyze sweeps/pfs -o reports/pfs --prediction pred/pfs
 
 Takes run directories, sweep directories (``python -m hpcio.sweep``) or directories holding
@@ -26,8 +26,9 @@ is then 1.
 import os
 import sys
 
+from .explain.prediction import load_prediction
 from .explain.runs import SWEEP, load
-from .cli import ArgumentParser, ExamplesFormatter, number
+from .cli import ArgumentParser, ExamplesFormatter, add_renamed, number
 from .errors import HpcioError, guard
 from .measure.rundir import RunDir
 
@@ -43,8 +44,10 @@ def build_parser():
     p.add_argument("-o", "--out", required=True, metavar="REPORT_DIR",
                    help="where the report goes (made if missing; nothing is written "
                         "elsewhere)")
-    p.add_argument("--format", default="html,md,json",
+    p.add_argument("--report-formats", default="html,md,json",
                    help="report formats: html, md, json (the CSV tables and PNGs always)")
+    add_renamed(p, "--format", "--report-formats", ": --format names the storage format in "
+                "hpcio.datagen", dest="report_formats")
     p.add_argument("--baseline", default="naive",
                    help="the reader the others are compared with")
     p.add_argument("--allow-mixed", action="store_true",
@@ -97,14 +100,13 @@ def main(argv=None):
     a = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:  # matplotlib: the [analysis] extra (see hpcio/__init__.py)
         from .explain.report import FORMATS, analyse, write
-        from .explain.prediction import load_prediction
     except ImportError as e:
         raise HpcioError(f"{e.name or e} is missing: pip install 'hpcio[analysis]'") from None
 
-    formats = [f.strip() for f in a.format.split(",") if f.strip()]
+    formats = [f.strip() for f in a.report_formats.split(",") if f.strip()]
     bad = [f for f in formats if f not in FORMATS]
     if bad:
-        raise HpcioError(f"--format {a.format}: unknown {', '.join(bad)} (choose from "
+        raise HpcioError(f"--report-formats {a.report_formats}: unknown {', '.join(bad)} (choose from "
                          f"{', '.join(FORMATS)})")
     prediction = load_prediction(a.prediction) if a.prediction else None
     out = os.path.abspath(a.out)

@@ -329,7 +329,7 @@ def build_parser():
 
 def main(argv=None):
     a = build_parser().parse_args(argv)  # --help and bad flags: before MPI starts
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI, after --help and bad flags
     comm = MPI.COMM_WORLD
     readers = [_verified(parse_reader(s), a.verify) for s in a.readers.split(",") if s]
     hints = parse_key_values(a.hint, "--hint")

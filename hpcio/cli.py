@@ -1,20 +1,21 @@
 """Argument parsing shared by every ``python -m hpcio.<command>``."""
 
 import argparse
-import ast
 import difflib
 import math
 import os
 import sys
+from importlib import import_module
 
 import yaml
 
 from .errors import HpcioError
 
 __all__ = ["ArgumentParser", "HelpFormatter", "ExamplesFormatter", "load_config", "rank0",
-           "integer", "number", "seconds", "positive", "fraction", "shape", "MAX_SECONDS",
-           "parse_key_values", "COMMANDS", "split_reader_spec", "reader_options", "reader_spec",
-           "add_reader_arguments", "add_plan_arguments", "command_options", "misplaced_hint"]
+           "integer", "number", "seconds", "positive", "fraction", "au_percent", "shape",
+           "MAX_SECONDS", "parse_key_values", "add_renamed", "COMMANDS", "split_reader_spec",
+           "reader_options", "reader_spec", "add_reader_arguments", "add_plan_arguments",
+           "command_options", "misplaced_hint"]
 
 
 def rank0():
@@ -129,6 +130,17 @@ positive = number(0.0, MAX_SECONDS, above=True)
 fraction = number(0.0, 1.0)
 
 
+def au_percent(v):
+    """An AU threshold in percent (90 for 90%), the unit summaries and MLPerf Storage's
+    results print AU in, in every command; 1 or less is refused as what looks like a
+    fraction (DLIO's ``metric.au`` is one: converted where a workload is read)."""
+    f = number(0.0, 100.0, above=True)(v)
+    if f <= 1:
+        raise argparse.ArgumentTypeError(f"{v!r} looks like a fraction: AU thresholds are "
+                                         f"percent ({100 * f:g} for {100 * f:g}%)")
+    return f
+
+
 def shape(text):
     """``HxWxC`` -> (H, W, C)."""
     try:
@@ -155,8 +167,9 @@ def parse_key_values(items, flag):
 
 
 # ---- the command table: ``hpcio COMMAND`` (hpcio/__main__.py) ---------------------------
-# name -> (module run as ``python -m MODULE``, the module that declares its options, one
-# line for ``hpcio --help``). Nothing here is imported until its command runs.
+# name -> (module run as ``python -m MODULE``, the module whose ``build_parser()`` is its
+# command line, one line for ``hpcio --help``). Nothing here is imported until its command
+# runs, or until a usage error asks which command an option belongs to.
 COMMANDS = {
     "datagen": ("hpcio.datagen", "hpcio.datagen.command",
                 "make datasets (synthetic presets, imports, indexes) and describe them"),
@@ -164,7 +177,7 @@ COMMANDS = {
               "each reader against the machine's own read limits, runs interleaved"),
     "train": ("hpcio.train", "hpcio.train.options",
               "data-parallel training on MPI ranks with per-step stall accounting"),
-    "sweep": ("hpcio.sweep", "hpcio.sweep",
+    "sweep": ("hpcio.sweep", "hpcio.sweep.command",
               "one train job per point (ranks x reader x data), resumable"),
     "analyze": ("hpcio.analyze", "hpcio.analyze",
                 "a report on runs and sweeps: how stall scales, with Darshan's counters"),
@@ -205,6 +218,7 @@ def reader_options(name, items=(), where="--reader-option"):
     (:func:`hpcio.readers.check_options`): the one conversion of reader options from every
     command line, spec and config file. A malformed item, an option the reader does not
     take or a value its type refuses is one line (``where`` names the item's source)."""
+    # the readers bring numpy: ``hpcio --help`` loads this module and nothing more
     from .readers import check_options
     opts = {}
     for k, v in parse_key_values(list(items), where).items():
@@ -225,26 +239,33 @@ def reader_spec(spec):
 
 class _Renamed(argparse.Action):
     """An option's old spelling, kept for one release: sets the new option's value and says
-    once on stderr (rank 0) that it is deprecated."""
+    once on stderr (rank 0) that it is deprecated, and why."""
 
-    def __init__(self, option_strings, dest, new=None, **kw):
-        self.new = new
+    def __init__(self, option_strings, dest, new=None, why="", **kw):
+        self.new, self.why = new, why
         super().__init__(option_strings, dest, **kw)
 
     def __call__(self, parser, namespace, values, option_string=None):
         if rank0():
-            prog = parser.prog.split()[-1]
-            print(f"{prog}: {option_string} is deprecated, use {self.new} (the same option, "
-                  f"one spelling in every command); {option_string} goes in the next release",
+            print(f"{_command_of(parser.prog)}: {option_string} is deprecated, use {self.new} (the same option"
+                  f"{self.why}); {option_string} goes in the next release",
                   file=sys.stderr, flush=True)
         setattr(namespace, self.dest, values)
+
+
+def add_renamed(group, old, new, why, **kw):
+    """``old``: the spelling option ``new`` had, kept for one release (give it ``new``'s
+    ``dest``, type and default); ``why`` says why it changed (``, one spelling in every
+    command``)."""
+    group.add_argument(old, action=_Renamed, new=new, why=why, **kw,
+                       help=f"deprecated spelling of {new}")
 
 
 def add_reader_arguments(group, verify_off, old_prefetch=None):
     """The reader's options every command that reads shares: ``--hint``,
     ``--reader-prefetch``, ``--verify``. ``verify_off`` says where an unverified run says
     so; ``old_prefetch`` an old spelling of ``--reader-prefetch`` kept for one release."""
-    from .readers import VERIFY
+    from .readers import VERIFY  # the readers bring numpy (see reader_options)
     group.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                        help="MPI-IO (ROMIO) hint for the reader's MPI-IO (coordinated), "
                             "repeatable")
@@ -253,8 +274,8 @@ def add_reader_arguments(group, verify_off, old_prefetch=None):
                        help="requests the reader keeps in flight ahead of the step "
                             "(coordinated; default: the reader's own)")
     if old_prefetch:
-        group.add_argument(old_prefetch, action=_Renamed, new="--reader-prefetch", **prefetch,
-                           help="deprecated spelling of --reader-prefetch")
+        add_renamed(group, old_prefetch, "--reader-prefetch", ", one spelling in every command",
+                    **prefetch)
     group.add_argument("--verify", default="records", choices=VERIFY,
                        help="what the reader checks on delivery: every record's CRC32C and "
                             "the files' identity (records), the files' identity and sizes "
@@ -266,7 +287,7 @@ def add_plan_arguments(group, shuffle, many=False, seed_help="seeds the sample o
     """The sample plan's options (:mod:`hpcio.plan`): ``--batch`` (default ``batch``),
     ``--shuffle`` (one mode, default ``shuffle``; with ``many`` a comma-separated list of
     modes), ``--block``, ``--window``, ``--seed``."""
-    from .plan import BLOCK, SHUFFLES, WINDOW
+    from .plan import BLOCK, SHUFFLES, WINDOW  # the plan brings numpy (see reader_options)
     group.add_argument("--batch", type=integer(1), default=batch,
                        help="records per rank per step")
     if many:
@@ -284,79 +305,28 @@ def add_plan_arguments(group, shuffle, many=False, seed_help="seeds the sample o
 
 # ---- an option of another command: said, not only refused -------------------------------
 UNRECOGNIZED = "unrecognized arguments: "
-_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _calls(tree):
-    return (n for n in ast.walk(tree) if isinstance(n, ast.Call))
-
-
-def _called(call):
-    f = call.func
-    return f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
-
-
-def _declared(call):
-    """{option: takes a value} of one ``add_argument`` call."""
-    action = next((k.value for k in call.keywords if k.arg == "action"), None)
-    both = getattr(action, "attr", getattr(action, "id", None)) == "BooleanOptionalAction"
-    flag = both or (isinstance(action, ast.Constant) and action.value in (
-        "store_true", "store_false", "store_const", "count", "help", "version"))
-    out = {}
-    for a in call.args:
-        if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-"):
-            out[a.value] = not flag
-            if both and a.value.startswith("--"):
-                out["--no-" + a.value[2:]] = False
-    return out
-
-
-def _source_options(path):
-    """{option: takes a value} declared in the module at ``path`` (its ``add_argument``
-    calls, and the shared groups of this module it calls), read without importing it."""
-    try:
-        with open(path) as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError):
-        return {}
-    shared = _shared_groups() if os.path.abspath(path) != os.path.abspath(__file__) else {}
-    out = {}
-    for c in _calls(tree):
-        name = _called(c)
-        if name == "add_argument":
-            out.update(_declared(c))
-        elif name in shared:  # a shared group, and an old spelling it is given
-            out.update(shared[name])
-            out.update({v.value: True for v in [*c.args, *(k.value for k in c.keywords)]
-                        if isinstance(v, ast.Constant) and isinstance(v.value, str)
-                        and v.value.startswith("--")})
-    return out
-
-
-def _shared_groups():
-    """{function of this module: the options it adds}."""
-    with open(__file__) as f:
-        tree = ast.parse(f.read())
-    out = {}
-    for fn in tree.body:
-        if isinstance(fn, ast.FunctionDef):
-            opts = {}
-            for c in _calls(fn):
-                if _called(c) == "add_argument":
-                    opts.update(_declared(c))
-            if opts:
-                out[fn.name] = opts
+def _options(parser):
+    """{option: takes a value} of ``parser`` and of its subcommands' parsers (a
+    BooleanOptionalAction's ``--no-`` form is one of its option strings)."""
+    out = {o: a.nargs != 0 for o, a in parser._option_string_actions.items()
+           if o not in ("-h", "--help")}
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                out.update(_options(sub))
     return out
 
 
 def command_options(module):
-    """{option: takes a value} of the command whose options ``module`` (the second field
-    of :data:`COMMANDS`) declares; read from its source, not imported (train's imports
-    torch: seconds, for a hint on a typo)."""
-    parts = module.split(".")[1:]
-    path = os.path.join(_HERE, *parts)
-    return _source_options(path + ".py" if os.path.isfile(path + ".py")
-                           else os.path.join(path, "__init__.py"))
+    """{option: takes a value} of the command whose parser ``module`` (the second field of
+    :data:`COMMANDS`, or the first: the module a command runs as) builds with its
+    ``build_parser()``, subcommands' options included. Imported by name: the commands sit
+    above this module, and their parser modules import nothing heavy (tests/test_cli.py
+    checks)."""
+    module = next((o for m, o, _ in COMMANDS.values() if m == module), module)
+    return _options(import_module(module).build_parser())
 
 
 def _command_of(prog):

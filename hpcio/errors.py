@@ -136,7 +136,7 @@ def describe(exc):
 def _world():
     """(rank, size, comm) if MPI is initialised, else (0, 1, None)."""
     try:
-        from mpi4py import MPI
+        from mpi4py import MPI  # mpi4py: importing it starts MPI
     except ImportError:  # pragma: no cover - mpi4py is a dependency
         return 0, 1, None
     if not MPI.Is_initialized() or MPI.Is_finalized():
@@ -172,7 +172,7 @@ def _finish_together(code, comm):
         if time.monotonic() > deadline:
             return
         time.sleep(0.01)
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     # MPI_Finalize holds the GIL: a thread still inside MPI could keep it forever, so a
     # C-level timer ends the process (with its stacks on stderr) if it does not return
     faulthandler.dump_traceback_later(FINISH_WAIT, exit=True)

@@ -39,7 +39,7 @@ def check_romio(MPI):
     """Raise :class:`HpcioError` (one line, the same on every rank) if the running mpi4py
     (``MPI`` is its ``mpi4py.MPI``) and MPI library cannot do the coordinated reader's
     MPI-IO; return None otherwise."""
-    import mpi4py
+    import mpi4py  # mpi4py: kept out of what the command line and MPI-less tools load
 
     problem = romio_problem(mpi4py.__version__, MPI.Get_library_version())
     if problem:

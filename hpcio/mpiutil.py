@@ -5,6 +5,7 @@ mpi4py is imported inside these functions, not at module level: importing it ini
 MPI, and ``--help``, dataset tools and the analysis must work without a launcher.
 """
 
+import ctypes
 import os
 import sys
 import time
@@ -61,7 +62,7 @@ def node_comm(comm):
     rank); the caller frees it. None without ``comm``."""
     if comm is None:
         return None
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     return comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
 
 
@@ -105,7 +106,6 @@ def _c_finalize():
     """``MPI_Finalize`` as a ctypes function, or None. The global scope first: a Darshan
     preload wraps MPI_Finalize there to write its log; then the MPI library mpi4py loaded
     (mpi4py opens it without RTLD_GLOBAL)."""
-    import ctypes
     for lib in (None, *_loaded_mpi_libraries()):
         try:
             fn = ctypes.CDLL(lib).MPI_Finalize
@@ -122,7 +122,7 @@ def finalize():
     ever): mpi4py's ``MPI.Finalize`` keeps the GIL for the whole call, a ctypes call
     releases it. mpi4py's own when no library exports the symbol. Nothing when MPI is not
     running."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     if not MPI.Is_initialized() or MPI.Is_finalized():
         return
     fn = _c_finalize()

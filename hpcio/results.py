@@ -29,8 +29,8 @@ import sys
 from .measure import schema
 from .explain.export import AU_THRESHOLD, export_rows, output_format, write_rows
 from .explain.runs import expand
-from .explain.summary import run_summary
-from .cli import ArgumentParser, number
+from .explain.summary import au_threshold_percent, run_summary
+from .cli import ArgumentParser, au_percent
 from .errors import HpcioError, guard
 from .measure.rundir import RunDir
 from .measure.steps import COMPONENTS, SINCE_EXCHANGE, rank_summary
@@ -160,8 +160,7 @@ def summarize_run(path):
         "ranks_summarized": used,
         "exchange": config.get("exchange"),
         "workload": config.get("workload"),
-        "au_threshold_percent": (None if config.get("au_threshold") is None
-                                 else 100.0 * config["au_threshold"]),
+        "au_threshold_percent": au_threshold_percent(config.get("au_threshold")),
         "metrics_cover": "the steps flushed by ranks_summarized (per-rank lists follow "
                          "that order)",
     }
@@ -203,7 +202,7 @@ def build_parser():
                    help="run directories, sweep directories, or directories of them")
     e.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="results.json (a list of rows) or results.csv")
-    e.add_argument("--au-threshold", type=number(0.0, 100.0), default=None,
+    e.add_argument("--au-threshold", type=au_percent, default=None,
                    metavar="PERCENT",
                    help="the AU a run must reach (MLPerf Storage: 90 for 3D U-Net and "
                         "ResNet-50, 70 for CosmoFlow; default: each run's own, from its "

@@ -10,7 +10,7 @@ from common.datasets import make_dataset
 from common.failure import one_line
 from common.inproc import run_main
 from common.mpi import run_py
-from hpcio.explain.accelerators import judge, rules, search
+from hpcio.explain.accelerators import bracket, judge, rules, search
 
 
 def runs(*pairs, status="done"):
@@ -19,14 +19,14 @@ def runs(*pairs, status="done"):
 
 
 def test_a_point_passes_when_every_run_keeps_the_threshold():
-    ok = judge(runs((95, 100), (92, 102), (91, 101)), 0.9)
+    ok = judge(runs((95, 100), (92, 102), (91, 101)), 90)
     assert ok["passed"] and ok["agree"] and ok["au_percent_median"] == 92
-    low = judge(runs((95, 100), (89.9, 100)), 0.9)
+    low = judge(runs((95, 100), (89.9, 100)), 90)
     assert not low["passed"] and "fails" in low["verdict"]
 
 
 def test_runs_that_disagree_by_more_than_5_percent_break_the_rules():
-    j = judge(runs((95, 100), (95, 106)), 0.9)
+    j = judge(runs((95, 100), (95, 106)), 90)
     assert j["passed"] and not j["agree"] and j["spread_percent"] == pytest.approx(5.825, 0.01)
     ok, why = rules(1, 5, [dict(ranks=4, **j)])
     assert not ok and why == ["the runs at 4 ranks disagree: samples/s spread 5.8% > 5%"]
@@ -36,7 +36,7 @@ def test_runs_that_disagree_by_more_than_5_percent_break_the_rules():
 
 
 def test_a_run_that_did_not_finish_fails_its_point():
-    j = judge(runs((95, 100)) + runs((0, 0), status="failed"), 0.9)
+    j = judge(runs((95, 100)) + runs((0, 0), status="failed"), 90)
     assert not j["passed"] and "1 of 2 runs did not finish" in j["verdict"]
 
 
@@ -50,6 +50,22 @@ def test_search_bisects_the_counts(limit, expect, probes):
         return n <= limit
     assert search([16, 1, 2, 4, 8], probe) == expect
     assert seen == probes
+
+
+def test_bracket_takes_known_counts_and_bisects_between_them():
+    """The simulation's use: every asked count known, then the counts between the last
+    that passes and the first that fails, none of the known probed again."""
+    seen = []
+
+    def probe(n):
+        seen.append(n)
+        return n <= 5
+    known = {1: True, 4: True, 8: False, 16: False}
+    assert bracket(known, probe, known=known, between=True) == (5, 6)
+    assert seen == [6, 5]
+    assert bracket(known, probe, known=known) == (4, 8)   # a sweep: the candidates only
+    assert bracket([2, 1], lambda n: False) == (None, 1)
+    assert bracket({1: 1, 2: 1}, probe, known={1: True, 2: True}, between=True) == (2, None)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +82,7 @@ def test_search_on_this_machine_records_every_probe_and_the_answer(data, tmp_pat
     out = tmp_path / "s"
     p = run_py(["-m", "hpcio.sweep", "--data", data.root, "--reader", "naive", "--ranks",
                 "1,2", "--find-max-accelerators", "--repeat", 2, "--warmup", 0,
-                "--out", out, *TRAIN, "--au-threshold", "0.01"], timeout=300)
+                "--out", out, *TRAIN, "--au-threshold", "2"], timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads((out / "sweep.json").read_text())
     s = doc["search"]
@@ -84,7 +100,7 @@ def test_when_the_smallest_count_fails_the_answer_is_0_and_exit_0(data, tmp_path
     out = tmp_path / "s"
     p = run_py(["-m", "hpcio.sweep", "--data", data.root, "--reader", "naive", "--ranks",
                 "1,2,4", "--find-max-accelerators", "--repeat", 1, "--out", out, *TRAIN,
-                "--au-threshold", "1.0"], timeout=300)
+                "--au-threshold", "100"], timeout=300)
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads((out / "sweep.json").read_text())
     assert doc["search"]["max_accelerators"] == 0 and len(doc["search"]["probes"]) == 1
@@ -108,7 +124,7 @@ def test_past_the_largest_count_the_simulation_answers_marked_simulated(data, tm
     p = run_py(["-m", "hpcio.sweep", "--data", data.root, "--reader", "coordinated",
                 "--ranks", "1,2", "--find-max-accelerators", "--repeat", 1, "--warmup", 0,
                 "--simulate-beyond", testbed, "--out", out, *TRAIN, "--au-threshold",
-                "0.01"], timeout=600)
+                "2"], timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr
     sim = json.loads((out / "sweep.json").read_text())["search"]["simulated"]
     assert sim["note"] == "simulated, not measured" and "error" not in sim, sim

@@ -366,7 +366,7 @@ def test_cut_short_and_older_runs_are_said(tmp_path):
         with open(p, "w") as f:
             json.dump(info, f)
     out = tmp_path / "out"
-    p = run_main(ANALYZE + [cut, nosum, norank, old, "-o", out, "--format", "md"])
+    p = run_main(ANALYZE + [cut, nosum, norank, old, "-o", out, "--report-formats", "md"])
     assert p.returncode == 1, p.stderr
     assert _errors(p.stderr) == [
         f"hpcio.analyze: {cut}: cut short (signal SIGTERM) after 24 of 24 steps per epoch; "
@@ -394,7 +394,7 @@ def test_mixed_datasets_are_refused_unless_allowed(tmp_path):
     _fixtures()
     lmdb = os.path.join(RUNS, "pfs-inet-lmdb-naive-n1")
     hdf5 = os.path.join(RUNS, "local-mnist-hdf5-naive-n2")
-    p = run_main(ANALYZE + [lmdb, hdf5, "-o", tmp_path / "a", "--format", "json"])
+    p = run_main(ANALYZE + [lmdb, hdf5, "-o", tmp_path / "a", "--report-formats", "json"])
     assert p.returncode == 1
     assert _errors(p.stderr) == [
         f"hpcio.analyze: {hdf5}: data hdf5/raw 16384 records 12845056 B on "
@@ -404,7 +404,7 @@ def test_mixed_datasets_are_refused_unless_allowed(tmp_path):
     with open(tmp_path / "a" / "summary.json") as f:
         doc = json.load(f)
     assert len(doc["tables"]["table-a"]) == 1 and len(doc["tables"]["table-c"]) == 2
-    p = run_main(ANALYZE + [lmdb, hdf5, "-o", tmp_path / "b", "--format", "json",
+    p = run_main(ANALYZE + [lmdb, hdf5, "-o", tmp_path / "b", "--report-formats", "json",
                             "--allow-mixed"])
     assert p.returncode == 0 and p.stderr == ""
     with open(tmp_path / "b" / "summary.json") as f:
@@ -418,9 +418,9 @@ def test_unusable_arguments_are_one_line(tmp_path):
         f"hpcio.analyze: error: no run to analyse: {tmp_path}: neither a run nor a sweep "
         f"directory, nor holds any"]
     assert not (tmp_path / "out").exists()
-    p = run_main(ANALYZE + [tmp_path / "nope", "-o", tmp_path / "out", "--format", "pdf"])
+    p = run_main(ANALYZE + [tmp_path / "nope", "-o", tmp_path / "out", "--report-formats", "pdf"])
     assert p.returncode == 2 and _errors(p.stderr) == [
-        "hpcio.analyze: error: --format pdf: unknown pdf (choose from html, md, json)"]
+        "hpcio.analyze: error: --report-formats pdf: unknown pdf (choose from html, md, json)"]
 
 
 # --- a sweep made here -----------------------------------------------------------------
@@ -492,7 +492,7 @@ def test_traced_sweep_is_read_with_its_logs(tmp_path):
                timeout=600)
     assert p.returncode == 0, p.stderr
     out = tmp_path / "report"
-    p = run_main(ANALYZE + [sweep, "-o", out, "--format", "json"])
+    p = run_main(ANALYZE + [sweep, "-o", out, "--report-formats", "json"])
     assert p.returncode == 0 and p.stderr == "", p.stderr
     with open(out / "summary.json") as f:
         doc = json.load(f)

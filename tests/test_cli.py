@@ -194,14 +194,38 @@ def test_bench_prefetch_is_deprecated_in_one_line(tmp_path):
 
 # ---- an option of another command: said, not only refused ----------------------------------
 @pytest.mark.parametrize("module", ["hpcio.bench", "hpcio.sweep", "hpcio.train.options"])
-def test_command_options_read_from_source_are_the_parsers(module):
-    """The hints know a command's options without importing it: what its source declares
-    (with the shared groups it calls) is what its parser takes."""
+def test_command_options_are_the_parsers(module):
+    """The hints know a command's options from its own parser (``build_parser``)."""
     import importlib
     parser = importlib.import_module(module).build_parser()
     want = {o: a.nargs != 0 for o, a in parser._option_string_actions.items()
             if o not in ("-h", "--help")}
     assert command_options(module) == want
+
+
+def test_command_options_of_subcommands():
+    """A subcommand's options are its command's; a BooleanOptionalAction's --no- form too."""
+    assert command_options("hpcio.simulate.__main__")["--readers"] is True
+    assert command_options("hpcio.results")["--output"] is True
+    assert command_options("hpcio.measure.darshan")["--parser"] is True
+    train = command_options("hpcio.train.options")
+    assert train["--augment"] is False and train["--no-augment"] is False
+
+
+#: what a parser module must not load: the hint on a mistyped option imports them all
+HEAVY = ("torch", "mpi4py", "matplotlib", "h5py")
+
+
+def test_parser_modules_load_nothing_heavy():
+    """Every command's parser module (and so ``command_options``) imports without torch,
+    mpi4py, matplotlib or h5py, in a fresh interpreter."""
+    modules = sorted({options for _, options, _ in TABLE.values()})
+    code = ("import importlib, sys\n"
+            f"for m in {modules!r}:\n"
+            "    importlib.import_module(m).build_parser()\n"
+            f"print(sorted(h for h in {HEAVY!r} if h in sys.modules))\n")
+    p = run_py(["-c", code], timeout=120, check=True)
+    assert p.stdout.strip() == "[]", p.stdout
 
 
 def test_every_command_table_entry_is_a_module():
@@ -258,3 +282,46 @@ def test_hpcio_train_under_mpiexec_with_the_plan_options(tmp_path):
         config = yaml.safe_load(f)
     assert (config["shuffle"], config["block"], config["window"]) == ("chunk", 8, 32)
     assert json.loads((out / "summary.json").read_text())["ranks"] == 2
+
+
+# ---- one meaning per name ----------------------------------------------------------------
+@pytest.mark.parametrize("args", [
+    ["-m", "hpcio.train", "--data", "D", "--au-threshold", "0.9"],
+    ["-m", "hpcio.simulate", "predict", "--au-threshold", "0.9"],
+    ["-m", "hpcio.results", "export", "R", "-o", "x.json", "--au-threshold", "0.9"],
+    ["-m", "hpcio.sweep", "--data", "D", "--ranks", "1", "--dry-run", "--",
+     "--au-threshold", "0.9"],
+])
+def test_au_threshold_is_percent_in_every_command(tmp_path, args):
+    """90 means 90% wherever AU is given; 0.9 is refused in one line that says why."""
+    p = run_main(args, cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    (line,) = p.stderr.splitlines()
+    assert "--au-threshold" in line and "'0.9' looks like a fraction: AU thresholds are " \
+        "percent (90 for 90%)" in line, line
+
+
+def test_au_threshold_percent_and_a_workloads_fraction():
+    from hpcio.train.options import parse_args
+    assert parse_args(["--data", "D", "--au-threshold", "90"]).au_threshold == 90.0
+    assert parse_args(["--data", "D", "--workload", "cosmoflow_h100"]).au_threshold == 70.0
+
+
+@pytest.mark.parametrize("module, old, new, value, dest", [
+    ("hpcio.analyze", "--format", "--report-formats", "md", "report_formats"),
+    ("hpcio.simulate.__main__", "--readers", "--reader-costs", "fit.yaml", "reader_costs"),
+])
+def test_a_renamed_option_still_works_for_a_release(capsys, module, old, new, value, dest):
+    import importlib
+    parser = importlib.import_module(module).build_parser()
+    base = {"hpcio.analyze": ["RUN", "-o", "OUT"],
+            "hpcio.simulate.__main__": ["predict", "--platform", "P", "--from", "R", "--ranks", "1",
+                               "-o", "OUT"]}[module]
+    a = parser.parse_args(base + [new, value])
+    assert getattr(a, dest) == value and not capsys.readouterr().err
+    a = parser.parse_args(base + [old, value])
+    assert getattr(a, dest) == value
+    (line,) = capsys.readouterr().err.splitlines()
+    prog = module.replace(".__main__", "")
+    assert line.startswith(f"{prog}: {old} is deprecated, use {new} (the same option: "), line
+    assert line.endswith(f"; {old} goes in the next release"), line

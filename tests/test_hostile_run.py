@@ -16,7 +16,8 @@ from common.mpi import run_py
 from common.procs import Job, rank_pids
 from common.launch import PIPE, spawn
 from hpcio.errors import HpcioError
-from hpcio.sweep import _settings, outcome
+from hpcio.sweep import outcome
+from hpcio.sweep.command import settings
 from hpcio.train.stop import STALL_EXIT
 
 SWEEP = ["-m", "hpcio.sweep"]
@@ -271,7 +272,7 @@ def test_every_spec_value_is_checked_by_key(tmp_path, line, says):
     spec = tmp_path / "spec.yaml"
     spec.write_text(("data: /d\n" if not line.startswith("data") else "") + line + "\n")
     with pytest.raises(HpcioError) as e:
-        _settings([str(spec)])
+        settings([str(spec)])
     assert str(e.value).startswith(f"spec {spec}: {says}"), str(e.value)
 
 

@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from hpcio.train.emulate import DISTRIBUTIONS, ComputeTime, EmulatedModel
+from hpcio.train.computetime import DISTRIBUTIONS, ComputeTime
+from hpcio.train.emulate import EmulatedModel
 from hpcio.errors import HpcioError
 from hpcio.fsutil import aligned_empty
 from hpcio.explain.summary import format_table, summarize

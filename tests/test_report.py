@@ -202,7 +202,7 @@ def test_storage_limit_is_drawn_only_when_given(tmp_path):
     _fixtures()
     dirs = [_run(f"pfs-inet-lmdb-{r}-n{n}", tmp_path / "in") for r in ("naive", "coordinated")
             for n in (1, 2, 4)]
-    main(dirs + ["-o", str(tmp_path / "plain"), "--format", "md,json", "--no-drishti"])
+    main(dirs + ["-o", str(tmp_path / "plain"), "--report-formats", "md,json", "--no-drishti"])
     with open(tmp_path / "plain" / "report.md") as f:
         md = f.read()
     caption = re.search(r"!\[([^]]*)\]\(bandwidth.png\)", md).group(1)
@@ -215,7 +215,7 @@ def test_storage_limit_is_drawn_only_when_given(tmp_path):
     fit = re.search(r"!\[([^]]*)\]\(stall-vs-ranks.png\)", md).group(1)
     assert "the model's fit for coordinated, naive" in fit and "no fit" not in fit
 
-    main(dirs + ["-o", str(tmp_path / "given"), "--format", "md,json", "--no-drishti",
+    main(dirs + ["-o", str(tmp_path / "given"), "--report-formats", "md,json", "--no-drishti",
                  "--storage-mibs", "1862"])
     with open(tmp_path / "given" / "report.md") as f:
         md = f.read()
@@ -268,7 +268,7 @@ def test_prediction_beside_the_runs(tmp_path):
     assert held is not None and held["held_out_ranks"] == 4
     dirs = [_run(n, tmp_path / "in") for n in names]
     out = tmp_path / "out"
-    assert main(dirs + ["-o", str(out), "--format", "md,html,json", "--no-drishti",
+    assert main(dirs + ["-o", str(out), "--report-formats", "md,html,json", "--no-drishti",
                         "--storage-mibs", "1862", "--prediction", str(pred)]) == 0
     md = (out / "report.md").read_text()
     assert "## Simulated scaling (hpcio.simulate)" in md
@@ -315,7 +315,7 @@ def test_prediction_beside_the_runs(tmp_path):
     alt.mkdir()
     (alt / "prediction.json").write_text(json.dumps(doc))
     (alt / "validation.json").write_text(json.dumps({"simulated_back": [], "held_out": None}))
-    assert main(dirs + ["-o", str(tmp_path / "out2"), "--format", "md", "--no-drishti",
+    assert main(dirs + ["-o", str(tmp_path / "out2"), "--report-formats", "md", "--no-drishti",
                         "--prediction", str(alt)]) == 0
     md = (tmp_path / "out2" / "report.md").read_text()
     section = md[md.index("## Simulated scaling"):md.index("## Findings")]

@@ -331,3 +331,10 @@ def test_export_replaces_its_output_whole_or_not_at_all(tmp_path, finished):
     assert p.returncode == 0, p.stderr
     assert out.read_text().startswith("run_dir,benchmark_type,model,workload,workload_hash,")
     assert sorted(os.listdir(tmp_path)) == ["results.csv", "run"]  # no temporary left
+
+
+def test_a_runs_au_threshold_in_percent_whichever_unit_it_was_recorded_in():
+    """Runs recorded --au-threshold as a fraction before it became a percent everywhere."""
+    from hpcio.explain.summary import au_threshold_percent
+    assert au_threshold_percent(0.9) == 90.0 and au_threshold_percent(70) == 70.0
+    assert au_threshold_percent(None) is None

@@ -15,7 +15,7 @@ from hpcio.simulate.platform import load_platform
 from hpcio.simulate.workload import Workload
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNS = os.path.join(os.path.dirname(ROOT), "shared", "fixtures", "hpcio-runs")
+RUNS = os.path.join(ROOT, "tests", "fixtures", "hpcio-runs")
 TESTBED = os.path.join(ROOT, "platforms", "testbed.yaml")
 FIXTURES = [os.path.join(RUNS, f"pfs-inet-lmdb-{r}-n{n}")
             for r in ("naive", "coordinated") for n in (1, 2, 4)]
@@ -205,9 +205,9 @@ def test_byte_cpu_shares_the_node_cores(ranks, quantum):
 
 def test_run_queue_and_reader_costs_in_their_files(tmp_path):
     """``compute.cpu_quantum_us`` is read and written back as read; a calibration's
-    ``readers.R.cpu_ms_per_mib`` is taken by ``predict --readers``."""
+    ``readers.R.cpu_ms_per_mib`` is taken by ``predict --reader-costs``."""
     from hpcio.simulate.platform import parse_platform, platform_dict
-    from hpcio.simulate.__main__ import _readers
+    from hpcio.simulate.calibration import load_readers
     import yaml
     d = yaml.safe_load(GOOD)
     d["compute"]["cpu_quantum_us"] = 1500
@@ -222,7 +222,7 @@ def test_run_queue_and_reader_costs_in_their_files(tmp_path):
     cal = tmp_path / "fit.yaml"
     cal.write_text("readers: {naive: {cpu_us_per_sample: 250, cpu_ms_per_mib: 4, "
                    "window_kib: 256}}\n")
-    (got, _) = _readers(str(cal))
+    (got, _) = load_readers(str(cal))
     assert got["naive"]["cpu_s_per_byte"] == pytest.approx(4e-3 / 2 ** 20)
 
 
@@ -252,7 +252,7 @@ def test_grouped_ranks_share_bandwidth_as_ranks_do(monkeypatch):
 @pytest.mark.parametrize("args, want", [
     (["--also", "naive-cursor"], "a cursor walks keys in order: add :none"),
     (["--also", "memory"], "no run of reader memory to take it from"),
-    (["--readers", "/nonexistent/fit.yaml"], "cannot read the calibration"),
+    (["--reader-costs", "/nonexistent/fit.yaml"], "cannot read the calibration"),
 ])
 def test_bad_prediction_options_one_line(tmp_path, args, want):
     r = _simulate("predict", "--platform", TESTBED, "--from", FIXTURES[0], "--ranks", "1",
@@ -264,13 +264,13 @@ def test_bad_prediction_options_one_line(tmp_path, args, want):
 @pytest.mark.skipif(not all(os.path.isdir(d) for d in FIXTURES),
                     reason=f"the recorded testbed runs are not in {RUNS}")
 def test_calibration_carried_to_a_described_platform(tmp_path):
-    """calibrate -o keeps each reader's costs; predict --readers uses them on a described
+    """calibrate -o keeps each reader's costs; predict --reader-costs uses them on a described
     platform without fitting its storage, and says the result is unvalidated."""
     fit = tmp_path / "fit.yaml"
     r = _simulate("calibrate", *FIXTURES, "--platform", TESTBED, "-o", str(fit))
     assert r.returncode == 0, r.stderr
     lustre = os.path.join(ROOT, "platforms", "lustre-flash.yaml")
-    r = _simulate("predict", "--platform", lustre, "--readers", str(fit), "--from", *FIXTURES,
+    r = _simulate("predict", "--platform", lustre, "--reader-costs", str(fit), "--from", *FIXTURES,
                   "--ranks", "4,64", "--records", "100000", "-o", str(tmp_path / "p"))
     assert r.returncode == 0, r.stderr
     assert "unvalidated" in r.stdout and "not fitted" in r.stdout

@@ -8,7 +8,10 @@ import pytest
 
 from common.datasets import make_dataset
 from common.mpi import run_py
-from hpcio.sweep import Point, points
+from hpcio.errors import HpcioError
+from hpcio.sweep import Point, SweepDir, build_parser, points
+from hpcio.sweep.command import settings
+from hpcio.sweep.spec import SPEC, checked, unknown_keys
 
 SWEEP = ["-m", "hpcio.sweep"]
 
@@ -74,3 +77,132 @@ def test_default_out_is_under_runs(tmp_path):
                cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert f" --out {tmp_path}/runs/sweep-" in p.stdout
+
+
+# ---- the spec: one table checks every key, in one line as before ---------------------------
+
+SPEC_LINES = [
+    ("ranks", [1, "two"], "ranks [1, 'two']: expected a comma-separated list of integers"),
+    ("ranks", [], "ranks []: expected a comma-separated list of integers"),
+    ("ranks", "", "ranks '': every rank count must be >= 1"),
+    ("ranks", "2,-1", "ranks '2,-1': every rank count must be >= 1"),
+    ("repeat", 0, "repeat 0: must be at least 1"),
+    ("repeat", True, "repeat True: expected an integer"),
+    ("warmup", -1, "warmup -1: expected an integer >= 0"),
+    ("warmup", "1", "warmup '1': expected an integer >= 0"),
+    ("data", ["/d", ""], "data ['/d', '']: expected dataset directories, not empty names"),
+    ("reader", "naive,nave", "reader 'naive,nave': unknown reader(s) nave; choose from "),
+    ("reader", ",", "reader ',': unknown reader(s) (none); choose from "),
+    ("reader_option", ["a=1", "b"], "reader_option ['a=1', 'b']: expected KEY=VALUE, got 'b'"),
+    ("launcher", " ", "launcher ' ': expected a non-empty string"),
+    ("find_max_accelerators", "yes", "find_max_accelerators 'yes': expected true or false"),
+    ("train", {"model": [{}]}, "train {'model': [{}]}: model: expected a value or a list of "
+                               "values, got [{}]"),
+]
+
+
+@pytest.mark.parametrize("key, value, says", SPEC_LINES, ids=[f"{k}={v!r}" for k, v, _ in
+                                                               SPEC_LINES])
+def test_a_bad_spec_value_is_one_line_naming_key_or_flag(key, value, says):
+    with pytest.raises(HpcioError) as e:
+        checked(key, value, "s.yaml")
+    assert str(e.value).startswith(f"spec s.yaml: {says}") and "\n" not in str(e.value)
+    with pytest.raises(HpcioError) as e:
+        checked(key, value)
+    flag = "--" + key.replace("_", "-")
+    assert str(e.value).startswith(f"{flag} {says[len(key) + 1:]}")
+
+
+def test_good_spec_values_become_settings():
+    assert checked("ranks", "1, 2,4") == [1, 2, 4] and checked("ranks", [8, 16]) == [8, 16]
+    assert checked("ranks", 3) == [3]
+    assert checked("reader", ["naive,coordinated"]) == ["naive", "coordinated"]
+    assert checked("data", "/d") == ["/d"]
+    assert checked("reader_option", ["", "shared=true"]) == ["", "shared=true"]
+    assert checked("train", {"model": "emulate", "offline": True, "seed": None,
+                             "reader_option": ["a=1", "b=2"]}) == [
+        "--model", "emulate", "--offline", "--reader-option", "a=1", "--reader-option", "b=2"]
+    assert checked("train", "--batch 8 --steps 3") == ["--batch", "8", "--steps", "3"]
+
+
+def test_every_spec_key_is_a_flag_and_unknown_keys_are_one_line():
+    flags = {a.dest for a in build_parser()._actions} - {"help", "spec", "dry_run"}
+    assert set(SPEC) - {"train"} == flags
+    with pytest.raises(HpcioError) as e:
+        unknown_keys({"rank": 1, "data": "/d", "repeats": 2}, "s.yaml")
+    assert str(e.value) == "spec s.yaml: unknown key(s): rank, repeats"
+
+
+def test_flags_override_the_spec_and_go_through_the_same_checks(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text("data: /d\nranks: [1, 2]\nrepeat: 3\ntrain: {model: emulate}\n")
+    s = settings([str(spec), "--ranks", "4", "--", "--batch", "8"])
+    assert s["ranks"] == [4] and s["repeat"] == 3 and s["data"] == ["/d"]
+    assert s["train"] == ["--model", "emulate", "--batch", "8"]
+    with pytest.raises(HpcioError) as e:
+        settings([str(spec), "--repeat", "0"])
+    assert str(e.value) == "--repeat 0: must be at least 1"
+
+
+# ---- the sweep directory: every file named, written and read back in one place -------------
+
+def _record(sd):
+    p = Point("/d/a", "naive", 2)
+    return {"settings": {"ranks": [2]}, "cores": 2, "oversubscribed": False,
+            "runs": [{"point": {"data": p.data, "reader": p.reader, "ranks": p.ranks,
+                                "reader_option": p.reader_option}, "repeat": 0,
+                      "status": "failed", "attempts": 1, "run_dir": sd.run_dir("a-r0"),
+                      "history": [{"run_dir": "x", "status": "interrupted"}]}]}
+
+
+def test_sweepdir_writes_and_reads_its_record_back(tmp_path):
+    sd = SweepDir(str(tmp_path / "s"))
+    sd.make()
+    assert sd.record() is None and os.path.isdir(tmp_path / "s" / "runs")
+    doc = _record(sd)
+    sd.write_record(doc)
+    assert sd.record_file == str(tmp_path / "s" / "sweep.json")
+    assert sd.record() == doc
+    kept = sd.keep_stderr(doc["runs"][0]["run_dir"], "hpcio.train: error: x\n")
+    assert kept == str(tmp_path / "s" / "logs" / "a-r0.stderr") == sd.stderr_file("a-r0")
+    with open(kept) as f:
+        assert f.read() == "hpcio.train: error: x\n"
+    assert sd.keep_stderr("a-r0", "  \n") is None
+
+
+def test_sweepdir_names_a_fresh_run_dir_and_records_strays(tmp_path):
+    sd = SweepDir(str(tmp_path))
+    run = {"attempts": 2}
+    os.makedirs(sd.run_dir("p-r0-a2"))      # on disk, not in the record: a sweep killed
+    d = sd.fresh_run_dir(run, "p-r0", set())
+    assert d == sd.run_dir("p-r0-a3")
+    assert run["history"][0]["run_dir"] == sd.run_dir("p-r0-a2")
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d.pop("runs"), "(no 'runs' field)"),
+    (lambda d: d["runs"][0].pop("attempts"), "(no 'attempts' field)"),
+    (lambda d: d["runs"][0].update(status="done?"), "(a field of the wrong type)"),
+    (lambda d: d["runs"][0]["point"].update(extra=1), "(a field of the wrong type)"),
+    (lambda d: d["runs"][0].update(repeat="0"), "(a field of the wrong type)"),
+])
+def test_a_record_not_ours_is_one_line(tmp_path, change, says):
+    sd = SweepDir(str(tmp_path))
+    doc = _record(sd)
+    change(doc)
+    sd.write_record(doc)
+    with pytest.raises(HpcioError) as e:
+        sd.record()
+    assert str(e.value) == (f"{sd.record_file}: not a sweep record hpcio wrote {says}; move "
+                            f"it away to start over")
+
+
+def test_a_second_lock_on_a_sweepdir_is_refused(tmp_path):
+    sd = SweepDir(str(tmp_path))
+    with sd.locked():
+        with pytest.raises(HpcioError) as e:
+            with SweepDir(str(tmp_path)).locked():
+                pass
+        assert "another sweep is running into it (pid" in str(e.value)
+    with SweepDir(str(tmp_path)).locked():  # released when the block ended
+        pass

@@ -23,7 +23,7 @@ from common.procs import Job
 from common.launch import launch
 from hpcio.formats import FORMATS as FORMAT_REGISTRY
 from hpcio.measure.steps import COMPONENTS, STEP_FIELDS
-from hpcio.train.emulate import ComputeTime
+from hpcio.train.computetime import ComputeTime
 from hpcio.train.options import MODEL_NAMES, READER_NAMES
 
 TRAIN = ["-m", "hpcio.train"]

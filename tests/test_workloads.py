@@ -15,9 +15,9 @@ from hpcio.errors import HpcioError
 from hpcio.workloads import MLPERF_AU, WORKLOADS, load
 
 # from dlio_benchmark's configs/workload/*.yaml (the files shipped in hpcio/workloads/dlio)
-DLIO = {"unet3d_h100": ("npz", 168, 1, 146600628, 7, 0.323, 0.90),
-        "resnet50_a100": ("tfrecord", 1024, 1251, 114660, 400, 0.435, 0.90),
-        "cosmoflow_h100": ("tfrecord", 524288, 1, 2828486, 1, 0.0035, 0.70)}
+DLIO = {"unet3d_h100": ("npz", 168, 1, 146600628, 7, 0.323, 90.0),
+        "resnet50_a100": ("tfrecord", 1024, 1251, 114660, 400, 0.435, 90.0),
+        "cosmoflow_h100": ("tfrecord", 524288, 1, 2828486, 1, 0.0035, 70.0)}
 
 
 @pytest.mark.parametrize("name", sorted(DLIO))
@@ -120,8 +120,8 @@ def test_flags_override_the_workload_in_train_options(tmp_path):
     from hpcio.train.options import parse_args
     cfg = dlio_config(tmp_path / "tiny.yaml")
     a = parse_args(["--workload", cfg, "--data", "x", "--batch", "9", "--au-threshold",
-                    "0.5"])
-    assert (a.batch, a.au_threshold, a.compute_time, a.epochs) == (9, 0.5, 0.002, 2)
+                    "50"])
+    assert (a.batch, a.au_threshold, a.compute_time, a.epochs) == (9, 50.0, 0.002, 2)
     assert a.model == "emulate" and a.preprocess == "off" and a.exchange_bytes == 0
 
 
@@ -169,6 +169,6 @@ def test_mlperf_training_workloads_run_with_both_readers_and_are_judged(name, tm
                         "--reader", reader, "--epochs", 1, "--batch", 2, "--compute-time",
                         "0.001", "--progress", "off"], check=True)
         s = json.loads((out / "summary.json").read_text())
-        assert s["workload"] == name and s["au_threshold_percent"] == 100 * w.au_threshold
-        assert s["au_pass"] == (s["metrics"]["au_percent"] >= 100 * w.au_threshold)
-        assert f"AU threshold of {name}: {100 * w.au_threshold:.0f}%: " in p.stdout
+        assert s["workload"] == name and s["au_threshold_percent"] == w.au_threshold
+        assert s["au_pass"] == (s["metrics"]["au_percent"] >= w.au_threshold)
+        assert f"AU threshold of {name}: {w.au_threshold:.0f}%: " in p.stdout

@@ -14,4 +14,4 @@ trap '[ "$up" = 1 ] && scripts/pfs-local.sh stop' EXIT
 [ -f /mnt/pfs/inet-2048.lmdb/hpcio.json ] || python -m hpcio.datagen generate \
   /mnt/pfs/inet-2048.lmdb --preset imagenet --records 2048 --format lmdb --shards 2
 python -m hpcio.sweep "$here/sweep.yaml" --out "${SWEEP_OUT:-sweeps/lmdbio-scaling}"
-python -m hpcio.analyze "${SWEEP_OUT:-sweeps/lmdbio-scaling}" -o "$here/report" --format md,json
+python -m hpcio.analyze "${SWEEP_OUT:-sweeps/lmdbio-scaling}" -o "$here/report" --report-formats md,json

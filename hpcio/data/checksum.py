@@ -9,6 +9,7 @@ looked up in tables made once per record length). Only a batch that fails is has
 record by record, to name the record. Figures in ``benchmarks/design.md``.
 """
 
+import mmap
 import os
 
 import numpy as np
@@ -33,7 +34,6 @@ def record_crcs(data, offsets):
 def range_crcs(paths, file, offset, length):
     """CRC32C of the byte ranges ``(file, offset, length)`` of the files ``paths``, each
     file mapped once (reads every record once, in file order)."""
-    import mmap
     out = np.zeros(len(file), np.uint32)
     order = np.lexsort((offset, file))
     for j in np.unique(file):

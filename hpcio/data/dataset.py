@@ -32,6 +32,7 @@ import numpy as np
 from ..errors import HpcioError
 from ..fsutil import atomic_json, atomic_write
 from ..mpiutil import bcast_array, raise_everywhere, rank_size
+from .checksum import crc32c, range_crcs
 
 __all__ = ["MANIFEST", "INDEX", "KIND", "RecordIndex", "Dataset", "open_dataset",
            "sha256_file", "is_dataset", "compressed_records", "record_crcs_of",
@@ -257,7 +258,6 @@ def record_crcs_of(ds, open_native=None):
     index's offsets, or from the format's library where records lie compressed: there
     ``open_native(ds)`` opens them (:func:`hpcio.formats.open_native`; passed in, since
     the dataset contract knows no format)."""
-    from .checksum import crc32c, range_crcs
     idx = ds.index
     if not compressed_records(ds.manifest):
         return range_crcs(ds.paths, idx.file, idx.offset, idx.length)

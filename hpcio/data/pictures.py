@@ -17,6 +17,7 @@ import io
 from functools import lru_cache
 
 import numpy as np
+from PIL import Image
 
 from ..errors import HpcioError, lookup
 
@@ -215,7 +216,6 @@ def render(style, seed, ids, shape, classes):
 # ---- encoding -----------------------------------------------------------------------------
 
 def _pil(img):
-    from PIL import Image
     return Image.fromarray(img[..., 0] if img.shape[2] == 1 else img)
 
 
@@ -256,7 +256,6 @@ def decode(data, encoding, shape=None):
     """One record back to (H, W, C) uint8 pixels (tests, importers)."""
     if encoding == "raw":
         return np.frombuffer(bytes(data), dtype=np.uint8).reshape(shape)
-    from PIL import Image
     img = np.asarray(Image.open(io.BytesIO(bytes(data))))
     return img[..., None] if img.ndim == 2 else img
 

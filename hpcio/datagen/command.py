@@ -68,7 +68,7 @@ DTYPES = list(dict.fromkeys(d for m in FORMATS.values() for d in dtypes_of(m)))
 
 
 def _comm():
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     return MPI.COMM_WORLD
 
 

@@ -8,6 +8,7 @@ Indexes cover an LMDB environment or a LevelDB database (e.g. made by Caffe's
 files (DLIO's), and an image folder.
 """
 
+import codecs
 import gzip
 import io
 import os
@@ -117,7 +118,6 @@ class _NumpyOnly(pickle.Unpickler):
         if name in ("ndarray", "dtype"):
             return getattr(np, name)
         if module == "_codecs":
-            import codecs
             return codecs.encode
         core = getattr(np, "_core", None) or np.core
         return getattr(core.multiarray, name)

@@ -316,7 +316,7 @@ class _Progress:
             self.reqs.append(self.comm.isend(int(n), dest=0, tag=self.TAG))
 
     def _drain(self, block):
-        from mpi4py import MPI
+        from mpi4py import MPI  # mpi4py: importing it starts MPI
         while self.size > 1 and self.done < self.size - 1:
             if not block and not self.comm.iprobe(source=MPI.ANY_SOURCE, tag=self.TAG):
                 return
@@ -334,7 +334,7 @@ class _Progress:
             self._drain(block=True)
             self.bar.close()
         else:
-            from mpi4py import MPI
+            from mpi4py import MPI  # mpi4py: importing it starts MPI
             self.reqs.append(self.comm.isend(-1, dest=0, tag=self.TAG))
             MPI.Request.waitall(self.reqs)
 

@@ -1,8 +1,9 @@
 """MLPerf Storage's headline figure: the largest number of simulated accelerators (ranks)
 whose AU stays at or above the workload's threshold. What a probed rank count's runs say
-(:func:`judge`), the search over the counts (:func:`search`), and whether a search kept to
-the rules (:func:`rules`): pure functions over sweep records, so ``hpcio.sweep`` runs the
-probes and nothing here launches anything.
+(:func:`judge`), the search over the counts (:func:`bracket`, :func:`search`: the one
+bisection, for the sweep's measured probes and the simulation's), and whether a search
+kept to the rules (:func:`rules`): pure functions, so ``hpcio.sweep`` and
+``hpcio.simulate`` run the probes and nothing here launches anything.
 
 The rules, as MLPerf Storage's training rules state them: a warm-up run before the
 measured ones, five measured runs per point, every measured run at or above the AU
@@ -15,30 +16,24 @@ import statistics
 from ..errors import HpcioError
 from ..workloads import load as load_workload
 
-__all__ = ["RUNS", "WARMUP", "AGREE", "threshold", "records_of", "judge", "search", "rules",
-           "answer_line", "simulated_line"]
+__all__ = ["RUNS", "WARMUP", "AGREE", "threshold", "records_of", "judge", "bracket", "search",
+           "rules", "answer_line", "simulated_line"]
 
 RUNS, WARMUP = 5, 1          # measured runs per point, warm-ups before them
 AGREE = 0.05                 # the measured runs' samples/s spread, over their median
 
 
 def threshold(given, spec):
-    """(AU threshold as a fraction, where it comes from): ``given`` (the train options'
-    ``--au-threshold``), else the workload ``spec``'s (their ``--workload``)."""
+    """(AU threshold in percent, where it comes from): ``given`` (the train options'
+    ``--au-threshold``, read by train's parser), else the workload ``spec``'s (their
+    ``--workload``)."""
     if given is not None:
-        try:
-            v = float(given)
-        except ValueError:
-            v = -1.0
-        if not 0 < v <= 1:
-            raise HpcioError(f"--au-threshold {given!r}: a fraction, 0.9 for 90%",
-                             everywhere=True)
-        return v, "--au-threshold"
+        return float(given), "--au-threshold"
     w = load_workload(spec) if spec else None
     if w is None or w.au_threshold is None:
         raise HpcioError("--find-max-accelerators needs an AU threshold: give the train "
                          "options a --workload (e.g. -- --workload unet3d_h100) or "
-                         "--au-threshold F after --", everywhere=True)
+                         "--au-threshold PERCENT after --", everywhere=True)
     return w.au_threshold, f"workload {w.name}"
 
 
@@ -47,7 +42,7 @@ def records_of(spec):
     return load_workload(spec).records if spec else None
 
 
-def judge(runs, fraction):
+def judge(runs, percent):
     """What the measured runs of one rank count say: passed (every run finished with AU
     >= the threshold), their AU and samples/s, whether they agree, and a verdict line."""
     done = [r for r in runs if r["status"] == "done" and
@@ -61,32 +56,50 @@ def judge(runs, fraction):
                            f"fails")
         return out
     spread = (max(rate) - min(rate)) / statistics.median(rate) if min(rate) > 0 else 0.0
-    passed = min(au) >= 100 * fraction
+    passed = min(au) >= percent
     out.update(passed=passed, agree=spread <= AGREE, spread_percent=100 * spread,
                au_percent_median=statistics.median(au))
     out["verdict"] = (f"AU {statistics.median(au):.1f}% ({min(au):.1f}-{max(au):.1f}) over "
                       f"{len(au)} run(s) {'>=' if passed else 'not all >='} "
-                      f"{100 * fraction:.0f}%: {'pass' if passed else 'fails'}; samples/s "
+                      f"{percent:.0f}%: {'pass' if passed else 'fails'}; samples/s "
                       f"spread {100 * spread:.1f}%"
                       + ("" if spread <= AGREE else f" (> {100 * AGREE:.0f}%: disagree)"))
     return out
 
 
-def search(candidates, probe):
-    """The largest of ``candidates`` for which ``probe(n)`` is true, assuming a count that
-    fails makes every larger one fail (more ranks ask more of the storage): the smallest
-    first, then bisection. 0 when the smallest already fails."""
-    c = sorted(set(candidates))
-    if not probe(c[0]):
-        return 0
+def bracket(candidates, probe, known=None, between=False):
+    """(the largest count that passes, the smallest above it that fails), either None,
+    assuming a count that fails makes every larger one fail (more ranks ask more of the
+    storage). ``probe(n)`` says whether ``n`` passes; ``known`` ({count: passed}) holds
+    counts already probed, which are not probed again (every count past a known failure
+    fails). Over ``candidates``, the smallest first, then bisection; ``between``: then
+    also the counts between the two (a simulation can probe any count, a sweep only those
+    it was given)."""
+    known = dict(known or {})
+
+    def passes(n):
+        if n not in known:
+            known[n] = bool(probe(n))
+        return known[n]
+    failed = min((n for n, ok in known.items() if not ok), default=None)
+    c = [n for n in sorted(set(candidates)) if failed is None or n <= failed] or [failed]
+    if not passes(c[0]):
+        return None, c[0]
     lo, hi = 0, len(c)                # c[lo] passes; c[hi:] fail or are unprobed above
     while lo + 1 < hi:
         mid = (lo + hi) // 2
-        if probe(c[mid]):
-            lo = mid
-        else:
-            hi = mid
-    return c[lo]
+        lo, hi = (mid, hi) if passes(c[mid]) else (lo, mid)
+    lo, hi = c[lo], (c[hi] if hi < len(c) else None)
+    while between and hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
+    return lo, hi
+
+
+def search(candidates, probe):
+    """The largest of ``candidates`` for which ``probe(n)`` is true (:func:`bracket`); 0
+    when the smallest already fails."""
+    return bracket(candidates, probe)[0] or 0
 
 
 def rules(warmup, runs, probes=()):

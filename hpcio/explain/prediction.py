@@ -1,6 +1,11 @@
-"""A prediction of ``python -m hpcio.simulate predict`` read back for the report
-(``hpcio.analyze --prediction DIR``): the simulated points per reader and rank count, what
-the validation says they are worth, and the simulation's headline when it gives one.
+"""A prediction of ``python -m hpcio.simulate predict``: its two files written
+(:func:`write_prediction`) and read back for the report and the sweep's search
+(:func:`load_prediction`, ``hpcio.analyze --prediction DIR``): the simulated points per
+reader and rank count, what the validation says they are worth, and the simulation's
+headline when it gives one. This module is the one place that names the files::
+
+    prediction.json   the platform, the fit, the points, accelerators supported per reader
+    validation.json   the measured points simulated back, and the held-out rank count
 
 Both files are read through :mod:`hpcio.measure.schema`, as the runs' are: a directory
 without them, or a file that cannot be used, is one line naming it (:class:`Invalid`); a bad
@@ -12,12 +17,19 @@ import os
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from ..fsutil import atomic_json
 from ..measure import schema
 from ..measure.schema import Invalid
 from .tables import Table
 
-__all__ = ["Prediction", "load_prediction", "prediction_table", "validation_text",
-           "short_validation", "headline"]
+__all__ = ["Prediction", "write_prediction", "load_prediction", "prediction_table",
+           "validation_text", "short_validation", "headline", "FILES", "STALL_DEFINITION"]
+
+# kind (its schema in measure.schema) -> file name
+FILES = {"prediction": "prediction.json", "validation": "validation.json"}
+# what a point's stall_s_per_step is, written beside the points
+STALL_DEFINITION = ("Table A's stall/step max-rank (tables.run_figures stall_max_s), each "
+                    "epoch's first step left out")
 
 
 @dataclass
@@ -36,6 +48,19 @@ class Prediction:
         return sorted({p["reader"] for p in self.points})
 
 
+def write_prediction(path, platform, fit, points, supported, simulated_back, held_out):
+    """Both files into directory ``path`` (made if need be), each atomically:
+    ``platform`` (a platform's dict), ``fit`` (its line), the simulated ``points``,
+    ``supported`` ({reader: accelerators supported}), the measured points simulated back
+    and the held-out check (None: nothing held out)."""
+    os.makedirs(path, exist_ok=True)
+    atomic_json(os.path.join(path, FILES["prediction"]), {
+        "platform": platform, "fit": fit, "stall_s_per_step": STALL_DEFINITION,
+        "accelerators_supported": supported, "points": points})
+    atomic_json(os.path.join(path, FILES["validation"]),
+                {"simulated_back": simulated_back, "held_out": held_out})
+
+
 def load_prediction(path):
     """The prediction in directory ``path`` (``hpcio.simulate predict -o``). Raises
     :class:`Invalid` (one line naming the file) when the directory or either file is
@@ -45,8 +70,8 @@ def load_prediction(path):
         raise Invalid(f"{path}: {'not a directory' if os.path.exists(path) else 'missing'}"
                       f" (--prediction takes the -o DIR of python -m hpcio.simulate predict)")
     docs, gaps = {}, []
-    for kind in ("prediction", "validation"):
-        f = os.path.join(path, f"{kind}.json")
+    for kind, name in FILES.items():
+        f = os.path.join(path, name)
         try:
             docs[kind], g = schema.load(f, kind)
         except FileNotFoundError:
@@ -56,7 +81,7 @@ def load_prediction(path):
             gaps.append(schema.gap_line(f, g))
     p, v = docs["prediction"], docs["validation"]
     if not p["points"]:
-        raise Invalid(f"{os.path.join(path, 'prediction.json')}: points: empty")
+        raise Invalid(f"{os.path.join(path, FILES['prediction'])}: points: empty")
     return Prediction(os.path.abspath(path),
                       sorted(p["points"], key=lambda x: (x["reader"], x["ranks"])),
                       v["held_out"], v.get("simulated_back") or [],

@@ -5,7 +5,16 @@ Definitions of every figure: :mod:`hpcio.measure.steps`.
 
 import numpy as np
 
-__all__ = ["summarize", "format_table", "run_summary", "side_by_side", "SIDE_BY_SIDE_ROWS"]
+__all__ = ["summarize", "format_table", "run_summary", "side_by_side", "SIDE_BY_SIDE_ROWS",
+           "au_threshold_percent"]
+
+
+def au_threshold_percent(value):
+    """A run's ``au_threshold`` (its config.yaml) in percent, or None: runs recorded it as
+    a fraction (0.9) before every command took percent (90), which refuses 1 or less."""
+    if value is None:
+        return None
+    return 100.0 * value if value <= 1 else float(value)
 
 
 def summarize(per_rank):

@@ -22,6 +22,7 @@ reads: a ``data`` dataset (N, C, H, W) float32 of the pixels times :data:`SCALE`
 applies no transform, so the data is stored already scaled, as convert scripts do.
 """
 
+import gc
 import os
 
 import numpy as np
@@ -81,7 +82,7 @@ def manifest_keys(spec):
 
 
 def open_h5(path, mode="r"):
-    import h5py
+    import h5py  # h5py: its HDF5 library loads only where HDF5 is read or written
     try:
         return h5py.File(path, mode)
     except OSError as e:
@@ -93,7 +94,7 @@ def record_offsets(dset, n, record_bytes):
     """File offset of each of the first ``n`` records of a contiguous or chunked,
     unfiltered (N, ...) dataset; raises where a record's bytes are not plain and
     contiguous in the file."""
-    import h5py
+    import h5py  # h5py: its HDF5 library loads only where HDF5 is read or written
     plist = dset.id.get_create_plist()
     layout = plist.get_layout()
     if plist.get_nfilters():
@@ -168,7 +169,7 @@ class Writer:
             self.images.attrs["scale"] = SCALE
 
     def _create(self):
-        import h5py
+        import h5py  # h5py: its HDF5 library loads only where HDF5 is read or written
         f = h5py.File(self.path, "w", libver="earliest")
         f.attrs["first_record"] = self.lo
         f.attrs["records"] = self.n
@@ -230,7 +231,6 @@ class Writer:
         # dataset handles go before the file: freeing them after a failed close crashes
         self.images = None
         if self.f is not None:
-            import gc
             gc.collect()
             try:
                 self.f.close()
@@ -305,7 +305,7 @@ def detect(path):
     refuses that starts with one is corrupt HDF5, this format's to report)."""
     if os.path.isdir(path):
         return 0
-    import h5py
+    import h5py  # h5py: its HDF5 library loads only where HDF5 is read or written
     try:
         if h5py.is_hdf5(path):
             return SURE
@@ -320,7 +320,7 @@ def index(path, out, images=None, labels=None, **_):
     """Manifest and record index of an HDF5 file made elsewhere: a fixed-size ``images``
     dataset (contiguous or chunked; a 4-D float one is Caffe's (N, C, H, W) ``data``), or
     a blob with ``offsets``."""
-    import h5py
+    import h5py  # h5py: its HDF5 library loads only where HDF5 is read or written
     with open_h5(path) as f:
         iname = _pick(f, images, ["images", "data"], "images", path)
         lname = _pick(f, labels, ["labels", "label"], "labels", path)

@@ -11,6 +11,7 @@ import io
 import os
 
 import numpy as np
+from PIL import Image, UnidentifiedImageError
 
 from ..data import pictures
 from ..data.dataset import RecordIndex
@@ -154,7 +155,6 @@ def read_image_file(path):
 
 
 def _decode(path, data, mode):
-    from PIL import Image, UnidentifiedImageError
     try:
         img = Image.open(io.BytesIO(data))
         img = np.asarray(img.convert(mode))
@@ -164,7 +164,6 @@ def _decode(path, data, mode):
 
 
 def _channels(data):
-    from PIL import Image
     try:
         return 1 if Image.open(io.BytesIO(data)).mode in ("L", "1", "I;16", "I") else 3
     except Exception:

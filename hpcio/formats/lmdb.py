@@ -13,8 +13,11 @@ Native access: each rank opens every shard env itself (read-only, ``lock=False``
 ``readahead`` left at the library default) and fetches records with ``txn.get``.
 """
 
+import hashlib
+import mmap
 import os
 
+import lmdb
 import numpy as np
 
 from ..data.dataset import RecordIndex, sha256_file
@@ -80,7 +83,6 @@ def open_env(path, readonly=True):
     """Open an env read-only without a lock file, checking that the file holds every page
     the env says it has: touching a page past the end of a truncated ``data.mdb`` through
     the map would kill the process with SIGBUS instead of giving an error."""
-    import lmdb
     subdir = os.path.isdir(path)
     data = os.path.join(path, "data.mdb") if subdir else path
     if not os.path.exists(data):
@@ -101,7 +103,6 @@ def value_offsets(path, parse=None):
     """Walk an env in key order: keys (list of bytes), and per value its file offset,
     length and label (-1). ``parse(buf) -> (offset, length, label)`` narrows a value to
     the record inside it (a Datum's ``data`` field)."""
-    import lmdb
     env, data = open_env(path)
     try:
         base = mapping_start(data)
@@ -129,8 +130,6 @@ def value_offsets(path, parse=None):
 def records_sha256(path, off, length):
     """sha256 of the records' bytes in record order: an env directory is not one file, so
     its checksum is the one :func:`hpcio.dataset.shard_sha256` computes for it."""
-    import hashlib
-    import mmap
     h = hashlib.sha256()
     with open(path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
@@ -148,7 +147,6 @@ class Writer:
     full. Offsets are found after the env is closed, from a read-only reopen."""
 
     def __init__(self, root, k, lo, hi, spec):
-        import lmdb
         self.rel = shard_stem(k) + ".lmdb"
         self.path = os.path.join(root, self.rel)
         self.lo, self.hi = lo, hi
@@ -158,7 +156,6 @@ class Writer:
         self.labels = []
 
     def write(self, block):
-        import lmdb
         while True:
             try:
                 with self.env.begin(write=True) as txn:
@@ -222,7 +219,6 @@ class Native:
     long-lived read transaction each; ``get(i)`` is one ``txn.get``."""
 
     def __init__(self, ds):
-        import lmdb
         keys = ds.manifest.get("lmdb", {})
         self.template = keys.get("key", KEY)
         self.datum = keys.get("value") == "datum"

@@ -45,7 +45,7 @@ def offsets(comm, node, rounds=ROUNDS):
     Collective over ``comm`` and ``node`` (the node communicator)."""
     if comm is None or comm.Get_size() == 1:
         return 0.0, 0.0
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     leader = node.Get_rank() == 0
     leaders = np.flatnonzero(np.asarray(comm.allgather(leader)))
     buf = np.zeros(2)

@@ -23,7 +23,7 @@ from hpcio.errors import HpcioError
 
 __all__ = ["DEFAULT_CONFIG", "config_text", "write_config", "shared_config", "check_library",
            "mpi4py_libmpi", "trace_env", "reexec_traced", "reexecuted", "log_path", "set_logfile",
-           "info", "preloaded_library", "dataset_files", "incomplete"]
+           "info", "preloaded_library", "dataset_files", "incomplete", "build_parser", "main"]
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "darshan.conf")
 
@@ -251,7 +251,7 @@ def incomplete(nfiles: int, environ: Optional[Mapping[str, str]] = None) -> Opti
 def log_path(run_dir: str, name: str = "hpcio") -> str:
     """Where a run's log goes: RUN_DIR/darshan/NAME.darshan
     (:meth:`hpcio.measure.rundir.RunDir.darshan_log`)."""
-    from .rundir import RunDir  # numpy and yaml: not before a re-exec needs them
+    from .rundir import RunDir  # numpy and yaml: train asks this before MPI_Init (small heap)
 
     return RunDir(os.path.abspath(run_dir)).darshan_log(name)
 
@@ -296,8 +296,8 @@ def info(lib: str, environ: Optional[Mapping[str, str]] = None) -> dict:
     }
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    """``python -m hpcio.measure.darshan check LIB | summary LOG...``: JSON on stdout."""
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m hpcio.measure.darshan``."""
     ap = argparse.ArgumentParser(prog="python -m hpcio.measure.darshan",
                                  description="Check a Darshan runtime library for this "
                                  "Python's mpi4py, or summarise Darshan logs.")
@@ -307,12 +307,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     s = sub.add_parser("summary", help="per-rank bytes read and written, partial modules")
     s.add_argument("logs", nargs="+")
     s.add_argument("--parser", help="darshan-parser to use instead of PyDarshan")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """``python -m hpcio.measure.darshan check LIB | summary LOG...``: JSON on stdout."""
+    a = build_parser().parse_args(argv)
     if a.cmd == "check":
         check_library(a.lib)
         out = info(a.lib)
     else:
-        from .darshanlog import log_summary  # numpy: not before a re-exec needs it
+        from .darshanlog import log_summary  # numpy: this module loads before MPI_Init
 
         out = [log_summary(p, a.parser) for p in a.logs]
     print(json.dumps(out, indent=2))

@@ -379,7 +379,7 @@ def capture_env(world, data_root, cache_mode, reader_options=None, device=None,
     hosts = [name for name, _ in gathered]
     if world.rank != 0:
         return None
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     env = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "python": sys.version.split()[0],
@@ -402,7 +402,7 @@ def capture_env(world, data_root, cache_mode, reader_options=None, device=None,
         "reader_options": reader_options or {},
     }
     try:
-        import torch
+        import torch  # torch: the [train] extra, seconds to import; asked only of runs that train
         env["torch"] = {"threads": torch.get_num_threads(),
                         "cuda": torch.cuda.is_available(),
                         "cuda_version": torch.version.cuda,

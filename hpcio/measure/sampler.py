@@ -14,7 +14,7 @@ class _Gpu:
     def __init__(self, device):
         self.h = None
         try:
-            import pynvml
+            import pynvml  # pynvml, torch: the [gpu] and [train] extras, seconds to import
             import torch
             pynvml.nvmlInit()
             self.nvml = pynvml

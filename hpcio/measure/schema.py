@@ -24,7 +24,7 @@ import yaml
 from ..errors import HpcioError
 
 __all__ = ["Invalid", "MissingColumns", "read_bytes", "load", "load_columns", "gap_line",
-           "spans", "SCHEMAS", "LIMITS", "MAX_RANKS"]
+           "spans", "SCHEMAS", "LIMITS", "MAX_RANKS", "SWEEP_STATUSES"]
 
 MAX_RANKS = 1 << 20  # more than any machine has; a rank count above it is a bad field
 _MIB = 1 << 20
@@ -35,7 +35,13 @@ LIMITS = {  # bytes read at most, per kind of file: far above what hpcio writes
 
 
 class Invalid(HpcioError):
-    """A file that cannot be used: its message is ``path: what`` in one line."""
+    """A file that cannot be used: its message is ``path: what`` in one line. ``field``
+    names the field its schema refused (None: the file as a whole could not be read) and
+    ``problem`` says what is wrong, for a caller that words the line itself."""
+
+    def __init__(self, message, field=None, problem=None):
+        super().__init__(message)
+        self.field, self.problem = field, problem
 
 
 class MissingColumns(Invalid):
@@ -140,6 +146,19 @@ Bool = Type(bool, name="true or false")
 Scalar = Type(str, int, float, name="a string or a number")
 
 
+class OneOf:
+    """One of a fixed set of values (a status, a mode)."""
+
+    def __init__(self, *values):
+        self.values = values
+
+    def clean(self, v, at, gaps):
+        if v not in self.values:
+            raise _Bad(at, f"expected one of {', '.join(map(str, self.values))}, got "
+                           f"{_show(v)}")
+        return v
+
+
 class Any:
     def clean(self, v, at, gaps):
         return v
@@ -158,15 +177,19 @@ class Opt:
 class Obj:
     """A mapping with known fields: name -> spec, or (spec, True) when required. A bad
     optional field is dropped and named in ``gaps`` (``strict``: it makes the mapping
-    bad); other keys pass as they are."""
+    bad); other keys pass as they are (``closed``: they make it bad)."""
 
-    def __init__(self, fields, strict=False):
+    def __init__(self, fields, strict=False, closed=False):
         self.fields = {k: v if isinstance(v, tuple) else (v, False) for k, v in fields.items()}
         self.strict = strict  # a bad optional field makes the whole mapping bad
+        self.closed = closed  # a key not among the fields makes the whole mapping bad
 
     def clean(self, v, at, gaps):
         if not isinstance(v, dict):
             raise _Bad(at or "(top level)", f"expected a mapping, got {_show(v)}")
+        other = sorted(map(str, set(v) - set(self.fields))) if self.closed else None
+        if other:
+            raise _Bad(f"{at}.{other[0]}" if at else other[0], "not a field of it")
         out = dict(v)
         for k, (spec, required) in self.fields.items():
             where = f"{at}.{k}" if at else k
@@ -282,6 +305,20 @@ SWEEP = Obj({"runs": (List(Obj({
     "status": (Str, True), "repeat": Opt(Int()), "error": Opt(Str), "run_dir": Opt(Str),
 }, strict=True), drop=True), True)})  # a run's entry half understood is not analysed
 
+# sweep.json read back by the sweep that resumes it: every run whole, or none (a point
+# half understood would be run again, or skipped, wrongly)
+SWEEP_STATUSES = ("pending", "running", "done", "cut_short", "interrupted", "failed")
+SWEEP_RECORD = Obj({
+    "settings": (Obj({}), True),
+    "runs": (List(Obj({
+        "point": (Obj({"data": (Str, True), "reader": (Str, True),
+                       "ranks": (Int(1, MAX_RANKS), True), "reader_option": (Str, True)},
+                      closed=True), True),
+        "repeat": (Int(), True), "attempts": (Int(), True),
+        "status": (OneOf(*SWEEP_STATUSES), True),
+    })), True),
+})
+
 # ``python -m hpcio.simulate predict``'s files (``hpcio.analyze --prediction``): the fields
 # the report reads are checked, the rest pass as they are
 _SIM_POINT = Obj({
@@ -328,6 +365,7 @@ SCHEMAS = {
     "summary": (_json, "json", SUMMARY),
     "rank": (_json, "json", RANK),
     "sweep": (_json, "json", SWEEP),
+    "sweep_record": (_json, "json", SWEEP_RECORD),
     "prediction": (_json, "json", PREDICTION),
     "validation": (_json, "json", VALIDATION),
 }
@@ -345,12 +383,12 @@ def load(path, kind):
     except _PARSE_ERRORS as e:
         what = "nested too deeply" if isinstance(e, RecursionError) else \
             (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise Invalid(f"{path}: unreadable ({what})") from None
+        raise Invalid(f"{path}: unreadable ({what})", problem=what) from None
     gaps = []
     try:
         return spec.clean(value, "", gaps), gaps
     except _Bad as b:
-        raise Invalid(f"{path}: {b.at}: {b.what}") from None
+        raise Invalid(f"{path}: {b.at}: {b.what}", b.at, b.what) from None
     except RecursionError:
         raise Invalid(f"{path}: nested too deeply") from None
 

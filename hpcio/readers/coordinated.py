@@ -5,7 +5,7 @@ library). Each epoch's plan is cut into requests of a few steps
 (:mod:`hpcio.readers.requests`: about ``request_bytes`` per rank, ramped up from one step
 so the first batch comes fast); an I/O thread (:mod:`hpcio.readers.iothread`) reads them
 ``prefetch`` requests ahead into a ring of page-aligned buffers that outlive the reader,
-through one read path chosen once (:mod:`hpcio.readers.paths`: MPI-IO file views;
+through one read route chosen once (:mod:`hpcio.readers.routes`: MPI-IO file views;
 per-record files; parallel HDF5; the node-shared window), and tells the kernel
 (``POSIX_FADV_WILLNEED``) what the next request will read. Records arrive in plan order,
 one buffer per request, no copy on the way for records of 16 KiB and more. Why each
@@ -38,7 +38,7 @@ from ..data.checksum import batch_ok
 from ..data.dataset import compressed_records
 from ..errors import HpcioError
 from ..mpicompat import check_romio
-from . import h5mpio, paths
+from . import h5mpio, routes
 from .base import Auto, Batch, BufferRing, Collective, FileCheck, Reader, faults, \
     files_are_records, pattern, register
 from .iothread import DONE, IOThread, Job
@@ -60,7 +60,7 @@ SIEVE_BELOW = 16 << 10
 
 
 def _mpi():
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     return MPI
 
 
@@ -119,15 +119,15 @@ class CoordinatedReader(Reader):
         # prefetch + 1 slots in flight, and one per batch a consumer may still hold
         self._slots = self.prefetch + 1 + (self.lease + 1 if self.lease else 0)
         self._ring = BufferRing(self._slots, slack=1.25, least=4096)
-        self.path = paths.choose(self, mpio, filewise, shared, self._mean, SHARE_MIN_RECORD)
+        self.route = routes.choose(self, mpio, filewise, shared, self._mean, SHARE_MIN_RECORD)
         self.verifies_reads = self.verify == "records"
         self._same_length = bool(len(idx)) and idx.length.min() == idx.length.max()
-        if self.mechanism == "nonblocking" and not self.path.nonblocking:
+        if self.mechanism == "nonblocking" and not self.route.nonblocking:
             self.mechanism = "thread"  # the node-shared window reads blocking
         if self.mechanism != "thread":
             self.lease = 0
         self.stats.extra.update(mechanism=self.mechanism, prefetch=self.prefetch,
-                                path=self.path.name, shared=self.path.name == "shared",
+                                route=self.route.name, shared=self.route.name == "shared",
                                 collective=self.collective, filewise=filewise,
                                 hints=dict(self.hints), hdf5=hdf5,
                                 request_bytes=self.request_bytes, sieve_gap=self.sieve_gap)
@@ -147,8 +147,8 @@ class CoordinatedReader(Reader):
         idx = self.ds.index
         G = steady_steps(plan.batch * self._mean, self.request_bytes)
         reqs = cut(plan.ids, plan.batch, plan.steps, idx.length, G, self.ramp)
-        if not self.collective or self.path.name == "files":
-            self.path.prepare(plan, reqs)
+        if not self.collective or self.route.name == "files":
+            self.route.prepare(plan, reqs)
             return reqs, touched(reqs, idx.file, len(idx.files)).astype(bool)
         many = self.comm.Get_size() > 1
         if many:
@@ -172,7 +172,7 @@ class CoordinatedReader(Reader):
             files = touched(reqs, idx.file, len(idx.files))
             if many:
                 self.comm.Allreduce(MPI.IN_PLACE, files, op=MPI.MAX)
-        self.path.prepare(plan, reqs)
+        self.route.prepare(plan, reqs)
         return reqs, files.astype(bool)
 
     def preload(self, plan):
@@ -189,14 +189,14 @@ class CoordinatedReader(Reader):
         once: MPICH holds its global lock through a blocking collective MPI-IO call, so two
         threads in collectives on different files can wait for each other across ranks
         (hpcio runs one reader at a time)."""
-        if self.mechanism == "thread" and self.path.name != "shared":
+        if self.mechanism == "thread" and self.route.name != "shared":
             self._next = Job(plan, *self._prepare(plan))
 
     def _job(self, plan):
         """The I/O thread's job for ``plan`` (the preloaded one if it is for ``plan``),
         submitted, with the job preloaded to follow it queued behind it."""
         if self._io is None:
-            self._io = IOThread(lambda r, files: self._read(r, files), self.path.advise,
+            self._io = IOThread(lambda r, files: self._read(r, files), self.route.advise,
                                 self._slots)
         job, self._preloaded = self._preloaded, None
         if job is not None and not (job.plan is plan or (
@@ -256,7 +256,7 @@ class CoordinatedReader(Reader):
         for r in reqs:
             r.slot = 0
             if r.g + 1 < len(reqs):
-                self.path.advise(reqs[r.g + 1])
+                self.route.advise(reqs[r.g + 1])
             self._read(r, touched[r.g])
             yield r
 
@@ -317,7 +317,7 @@ class CoordinatedReader(Reader):
     def _read(self, r, files, nonblocking=False):
         buf = self._ring.take(r.slot, r.off[-1])
         t0 = r.t0 = time.perf_counter()
-        self.path.read(r, buf, files, nonblocking)
+        self.route.read(r, buf, files, nonblocking)
         if not nonblocking:
             r.io_s = time.perf_counter() - t0
             self.stats.io_s += r.io_s
@@ -325,7 +325,7 @@ class CoordinatedReader(Reader):
 
     def _complete(self, r):
         t0 = time.perf_counter()
-        self.path.complete(r)
+        self.route.complete(r)
         now = time.perf_counter()
         r.io_s = now - r.t0
         self.stats.io_s += now - t0
@@ -350,9 +350,9 @@ class CoordinatedReader(Reader):
                 self._io.finish(self._preloaded)
             self._io.close()
             self._io, self._preloaded, self._next = None, None, None
-        if getattr(self, "path", None) is not None:
-            self.path.close()
-            self.path = None
+        if getattr(self, "route", None) is not None:
+            self.route.close()
+            self.route = None
         if getattr(self, "comm", None) is not None:
             try:
                 self.comm.Free()

@@ -63,7 +63,7 @@ def check(ds):
         raise no(f"{ds.root} holds encoded records in one byte blob (hdf5 layout "
                  f"{layout}), not rows of an images dataset; the default hdf5=offsets "
                  f"reads it")
-    import h5py
+    import h5py  # h5py: its HDF5 library loads only where HDF5 is read or written
     if not h5py.get_config().mpi:
         raise no(f"h5py {h5py.version.version} is built without MPI; build it against a "
                  f"parallel HDF5: {BUILD}")
@@ -74,7 +74,7 @@ class H5Files:
     when ``collective``, else each rank alone), and their collective reads."""
 
     def __init__(self, ds, comm, collective, hints, check_files):
-        import h5py
+        import h5py  # h5py and mpi4py: HDF5's library, and MPI started
         from mpi4py import MPI
         self.collective = bool(collective)
         self.paths, self.check_files = ds.paths, check_files
@@ -156,7 +156,7 @@ class H5Files:
         rcuts = np.searchsorted(uf[rs], np.arange(nf + 1))
         calls = np.where(self.by_run[files], rcuts[files + 1] - rcuts[files], 1)
         if self._comm is not None:  # one Allreduce per request: the collective calls agree
-            from mpi4py import MPI
+            from mpi4py import MPI  # mpi4py: importing it starts MPI
             self._comm.Allreduce(MPI.IN_PLACE, calls, op=MPI.MAX)
         read = []
         for j, nc in zip(files.tolist(), calls.tolist()):
@@ -197,7 +197,7 @@ class H5Files:
             else:
                 d.read_direct(view, np.s_[rows])
         elif self.collective:
-            import h5py
+            import h5py  # h5py: its HDF5 library loads only where HDF5 is read or written
             fs = d.id.get_space()
             fs.select_none()
             ms = h5py.h5s.create_simple((1,))

@@ -14,7 +14,7 @@ __all__ = ["mpi_info", "file_hints"]
 
 def mpi_info(hints):
     """An ``MPI.Info`` holding ``hints`` (``MPI.INFO_NULL`` when empty); free it after use."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     if not hints:
         return MPI.INFO_NULL
     info = MPI.Info.Create()

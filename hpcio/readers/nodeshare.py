@@ -73,7 +73,7 @@ def union_reads(fil, off, ln, gap, ratio):
 
 
 def _mpi():
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     return MPI
 
 

@@ -2,4 +2,4 @@
 calibrated on measured runs and validated on a held-out rank count (``python -m
 hpcio.simulate``). See :mod:`hpcio.simulate.engine` for what is simulated."""
 
-__all__ = ["platform", "workload", "engine", "calibrate"]
+__all__ = ["platform", "workload", "engine", "calibrate", "calibration", "predict"]

@@ -9,8 +9,13 @@ fork. A case whose per-request events would be too many (or a step of more than
 AGGREGATE_STEP requests: a cursor stepping over thousands of records) is aggregated: each
 rank's step becomes one request, its requests' latencies back to back and then its bytes
 from every server at once, and the result says so.
+
+This module runs cases; the machine is built in :mod:`.topology`, the ranks are the actors
+of :mod:`.actors`, and what their work costs is :mod:`.costs`' (its WAKE_S is named here
+too, beside the run's other constants).
 """
 
+import importlib.util
 import os
 import pickle
 import sys
@@ -20,21 +25,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import HpcioError
-from .platform import barrier_rounds
-from .workload import NodeCache
+from .actors import Ranks
+from .costs import WAKE_S
+from .topology import build
 
 __all__ = ["Case", "simulate", "available", "layout", "INSTALL_HINT", "AGGREGATE_ABOVE",
-           "MAX_ACTORS"]
+           "MAX_ACTORS", "WAKE_S"]
 
 INSTALL_HINT = ("SimGrid's Python module is missing: as root run scripts/install-simgrid.sh "
                 "(Debian's python3-simgrid 3.32 linked into the venv), or pip install "
                 "simgrid==4.1 (a cmake + boost build)")
 AGGREGATE_ABOVE = 200_000   # per-request events in one case past which steps are aggregated
 MAX_ACTORS = 256            # ranks simulated one by one; more are grouped (see layout)
-AGGREGATE_STEP = 256        # requests in one rank's step past which that step is aggregated
-FLOPS = 1e9                 # a core's speed: CPU seconds are executed as FLOPS x s
-WAKE_S = 1e-4               # a rank's CPU each time it wakes (the step loop), run-queue mode
-COLUMNS = ("stall", "wall", "compute", "straggler", "exchange", "records", "nbytes")
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,6 @@ class Case:
 
 def available():
     """(True, version) when SimGrid's Python module imports here, else (False, why)."""
-    import importlib.util
     if importlib.util.find_spec("simgrid") is None:
         return False, INSTALL_HINT
     return True, "simgrid"
@@ -88,225 +89,13 @@ def layout(platform, ranks):
     return g, g // rpn
 
 
-def _build(sg, zone, k, case):
-    """Hosts and links of case ``k`` (names prefixed, so cases never share)."""
-    p, w = case.platform, case.workload
-    group, per_host = layout(p, w.ranks)
-    nodes = -(-w.ranks // (p.ranks_per_node * per_host))
-    fast = group // per_host            # ranks of a node one actor stands for
-    hosts = [zone.create_host(f"c{k}n{i}", FLOPS * fast) for i in range(nodes)]
-    for h in hosts:
-        h.core_count = max(1, -(-p.node_cores * per_host // fast))
-    servers = [zone.create_host(f"c{k}s{j}", FLOPS) for j in range(p.servers)]
-    # a server's bandwidth is its link's: what it reads it streams, one flow per request
-    up = {h.name: zone.create_link(f"c{k}l{h.name}", p.server_bps if h in servers
-                                   else p.nic_bps * per_host).set_latency(p.nic_latency_s)
-          for h in hosts + servers}
-    for s in servers:
-        for h in hosts:
-            zone.add_route(s.netpoint, h.netpoint, None, None,
-                           [sg.LinkInRoute(up[s.name]), sg.LinkInRoute(up[h.name])], True)
-    return hosts, servers
-
-
-def _request(sg, case, built, host, parts, count=1, client=None, cores=None):
-    """One request (``count`` of them back to back, aggregated): the per-request service
-    time at each server it reads from, then its bytes from them over the links at once. A
-    server serves ``threads`` requests at a time, a node's client ``client_threads``; the
-    others queue (what makes many ranks' small requests slow down one another)."""
-    _, servers, queues = built
-    held = sorted({j for j, n in parts if n > 0}) if queues else []
-    if client is not None:              # the node's client first, then servers in order:
-        client.acquire()                # no two requests wait on each other
-    for j in held:
-        queues[j].acquire()
-    sg.this_actor.sleep_for(case.platform.latency_s * count)
-    for j in held:
-        queues[j].release()
-    if client is not None:
-        client.release()
-    acts = []
-    for j, n in parts:
-        n = int(n)
-        if n > 0:
-            acts.append(sg.Comm.sendto_async(servers[j], host, n))
-    for a in acts:
-        a.wait()
-    # the reader's bytes cost CPU on the node's cores (its file-system client's, the
-    # kernel's), beside its ranks' work
-    if cores is not None:
-        cores(case.params.get("cpu_s_per_byte", 0.0) * sum(n for _, n in parts))
-
-
-def _run_queue(sg, case, slots):
-    """CPU work on a node's cores: shared fluidly (SimGrid's own sharing) or, with a
-    quantum, as a run queue: each burst holds a core for at most one quantum, then queues
-    again behind the others, so a short burst (a rank waking) waits for the quanta ahead
-    of it even before the cores are saturated."""
-    q = case.platform.cpu_quantum_s
-
-    def run(seconds):
-        if seconds <= 0:
-            return
-        if not q or slots is None:
-            sg.this_actor.execute(seconds * FLOPS)
-            return
-        while seconds > 1e-12:
-            d = min(q, seconds)
-            slots.acquire()
-            sg.this_actor.execute(d * FLOPS)
-            slots.release()
-            seconds -= d
-    return run
-
-
-def _deploy(sg, k, case, built, plans, out, barrier):
-    p, w = case.platform, case.workload
-    hosts = built[0]
-    if p.server_threads:
-        built = built[:2] + ([sg.Semaphore(p.server_threads) for _ in built[1]],)
-    else:
-        built = built[:2] + (None,)
-    kind, pattern = w.pattern
-    group, per_host = layout(p, w.ranks)
-    # a node's client, when it serves few requests at once (grouped: in the count instead)
-    clients = [sg.Semaphore(p.client_threads) if p.client_threads and group == 1 else None
-               for _ in hosts]
-    actors = -(-w.ranks // group)
-    members = [min(group, w.ranks - a * group) for a in range(actors)]
-    on = [a * group // (p.ranks_per_node * per_host) for a in range(actors)]
-    exchange = p.exchange_s(w.ranks, w.exchange_bytes) if w.sync else 0.0
-    cpu = case.params.get("cpu_s", 0.0) * w.batch
-    wake = WAKE_S if p.cpu_quantum_s and group == 1 else 0.0
-    runq = [_run_queue(sg, case, sg.Semaphore(p.node_cores) if group == 1 else None)
-            for _ in hosts]
-    aggregate = out["aggregated"] or group > 1
-    caches = [NodeCache(p.cache_bytes * per_host, case.params.get("window") or 1 << 17)
-              for _ in hosts]
-    cols = {c: np.zeros((actors, w.steps)) for c in COLUMNS}
-    out["columns"] = cols
-    out["group"] = group
-
-    # ranks simulated one by one meet as gloo's barrier does (a dissemination barrier: in
-    # round d each tells rank + d and waits for rank - d), each woken once per round, so a
-    # rank the node's cores do not run holds up its peers round by round
-    rounds = [1 << i for i in range(barrier_rounds(actors))] \
-        if barrier is not None and group == 1 else []
-    told = {(a, d): sg.Semaphore(0) for a in range(actors) for d in rounds}
-
-    def disseminate(a):
-        for d in rounds:
-            told[(a + d) % actors, d].release()
-            told[a, d].acquire()
-            sg.this_actor.sleep_for(p.round_s)
-            runq[on[a]](wake)
-
-    def ids(a, s):                      # the records a group asks for in step s
-        return plans[a * group:a * group + members[a], s].ravel()
-
-    def finish(a, s, t0, stall):
-        cols["stall"][a, s] = stall
-        sg.this_actor.sleep_for(w.compute_s + w.rest_s)
-        cols["compute"][a, s] = w.compute_s
-        runq[on[a]](wake)               # woken from compute: a core for a moment
-        if barrier is not None:
-            t1 = sg.Engine.clock
-            if rounds:
-                disseminate(a)
-            else:                       # grouped: the rounds of the ranks, after the last
-                barrier.wait()
-                sg.this_actor.sleep_for(p.barrier_s(w.ranks))
-            cols["straggler"][a, s] = sg.Engine.clock - t1
-            if exchange:
-                sg.this_actor.sleep_for(exchange)
-                cols["exchange"][a, s] = exchange
-        cols["wall"][a, s] = sg.Engine.clock - t0
-        cols["records"][a, s] = w.batch * members[a]
-        cols["nbytes"][a, s] = w.batch * members[a] * w.record_bytes
-
-    def demand_rank(a):
-        """The trainer's loader fetches on demand, at most ``w.ahead`` batches ahead of
-        the step that asks (``--prefetch``: batch j waits for the step's ask of batch
-        j - ahead), so the fetch overlaps compute; the step waits for its batch."""
-        host = hosts[on[a]]
-        cache = caches[on[a]] if p.cache_bytes > 0 else None
-        state = {}
-        ready, asks = sg.Semaphore(0), sg.Semaphore(w.ahead)
-
-        def loader():
-            for s in range(w.steps):
-                asks.acquire()
-                if w.cold and cache is not None:
-                    cache.enter(s // w.steps_per_epoch)
-                srv, nbytes = pattern(w, p, case.params, ids(a, s), cache, state)
-                out["requests"] += len(srv)
-                out["bytes"] += float(nbytes.sum())
-                out["server_bytes"] += np.bincount(srv, weights=nbytes, minlength=p.servers)
-                if len(srv) > AGGREGATE_STEP and not aggregate:
-                    out["aggregated"] = True    # said in the result, as for the whole case
-                if (aggregate or len(srv) > AGGREGATE_STEP) and len(srv):
-                    count = np.bincount(srv, minlength=p.servers)
-                    total = np.bincount(srv, weights=nbytes, minlength=p.servers)
-                    used = np.flatnonzero(count)
-                    at_once = min(members[a], p.client_threads * per_host or members[a])
-                    _request(sg, case, built, host, [(int(j), total[j]) for j in used],
-                             -(-int(count.sum()) // at_once), clients[on[a]], runq[on[a]])
-                else:
-                    for j, n in zip(srv.tolist(), nbytes.tolist()):
-                        _request(sg, case, built, host, [(j, n)], 1, clients[on[a]],
-                                 runq[on[a]])
-                if cpu:
-                    runq[on[a]](cpu * members[a])
-                ready.release()
-
-        sg.Actor.create(f"ld{a}", host, loader)
-        for s in range(w.steps):
-            t0 = sg.Engine.clock
-            asks.release()
-            ready.acquire()
-            finish(a, s, t0, sg.Engine.clock - t0)
-
-    def prefetch_rank(a):
-        host = hosts[on[a]]
-        requests = pattern(w, p, case.params, [ids(a, s) for s in range(w.steps)])
-        ready = sg.Semaphore(0)          # one release per step whose bytes are in
-        slots = sg.Semaphore(max(1, w.prefetch))
-
-        def io():
-            first = 0
-            for last, parts in requests:
-                slots.acquire()
-                _request(sg, case, built, host, parts, 1, clients[on[a]], runq[on[a]])
-                out["requests"] += members[a]
-                out["bytes"] += sum(n for _, n in parts)
-                for j, n in parts:
-                    out["server_bytes"][j] += n
-                for _ in range(first, last + 1):
-                    ready.release()
-                first = last + 1
-        ends = {last for last, _ in requests}
-        sg.Actor.create(f"io{a}", host, io)
-        for s in range(w.steps):
-            t0 = sg.Engine.clock
-            ready.acquire()
-            if cpu:
-                runq[on[a]](cpu * members[a])
-            if s in ends:
-                slots.release()
-            finish(a, s, t0, sg.Engine.clock - t0)
-
-    body = {"demand": demand_rank, "prefetch": prefetch_rank}[kind]
-    for a in range(actors):
-        sg.Actor.create(f"c{k}r{a}", hosts[on[a]], body, a)
-
-
 def _run_cases(cases):
     """In the child: every case on one engine; the per-rank, per-step columns back."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     saved = os.dup(2)
     os.dup2(devnull, 2)                 # SimGrid logs its configuration on import
     try:
-        import simgrid as sg
+        import simgrid as sg  # optional (Debian's python3-simgrid), and only in the child
         e = sg.Engine(["hpcio.simulate", "--log=root.thres:critical",
                        "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0"])
     finally:
@@ -314,16 +103,17 @@ def _run_cases(cases):
     zone = sg.NetZone.create_full_zone("world")
     built, plans, outs = [], [], []
     for k, case in enumerate(cases):
-        built.append(_build(sg, zone, k, case))
+        built.append(build(sg, zone, k, case, *layout(case.platform, case.workload.ranks)))
         plans.append(_plan(case))
         outs.append({"requests": 0, "bytes": 0.0,
                      "server_bytes": np.zeros(case.platform.servers),
                      "aggregated": _estimate_requests(case) > AGGREGATE_ABOVE})
     zone.seal()
     for k, case in enumerate(cases):
-        actors = -(-case.workload.ranks // layout(case.platform, case.workload.ranks)[0])
+        group, per_host = layout(case.platform, case.workload.ranks)
+        actors = -(-case.workload.ranks // group)
         barrier = sg.Barrier(actors) if case.workload.sync else None
-        _deploy(sg, k, case, built[k], plans[k], outs[k], barrier)
+        Ranks(sg, k, case, *built[k], plans[k], outs[k], barrier, group, per_host).start()
     e.run()
     for out in outs:
         out["end_s"] = float(out["columns"]["wall"].sum(axis=1).max())

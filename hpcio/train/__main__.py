@@ -4,6 +4,8 @@ import signal
 import sys
 
 from ..errors import guard, interrupt_on
+from ..measure.clock import mpi_started
+from ..measure.darshan import reexecuted
 
 
 def _starts_mpi_now(argv):
@@ -13,7 +15,6 @@ def _starts_mpi_now(argv):
     words = set(a.split("=", 1)[0] for a in argv)
     if words & {"-h", "--help"}:
         return False
-    from ..measure.darshan import reexecuted
     return not (words & {"--darshan", "--config"}) or reexecuted()
 
 
@@ -22,7 +23,6 @@ def _main():
         # MPI_Init on a small, quiet heap: the launcher's key-value exchange then carries
         # short values (Slurm's pmi2 plugin misreads long PMI-1 lines now and then, and
         # MPICH's packed UCX addresses grow with the garbage of a big heap)
-        from ..measure.clock import mpi_started
         mpi_started()
     from .trainer import main  # torch: seconds, under the handlers below
     return main()

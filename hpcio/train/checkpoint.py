@@ -62,7 +62,7 @@ def save_checkpoint(directory, model, optimizer, epoch, step, extra=None):
     """Write ``directory/checkpoint.pt`` (replacing the previous one atomically, after an
     fsync). Returns a record: epoch, step, bytes, seconds (serialise + write + fsync +
     rename), MiB/s, and the serialise and write times separately."""
-    import torch
+    import torch  # torch: seconds; the checkpoint's names load without it
     t0 = time.perf_counter()
     buf = io.BytesIO()
     torch.save({"model": _state(model),
@@ -81,5 +81,5 @@ def save_checkpoint(directory, model, optimizer, epoch, step, extra=None):
 
 def load_checkpoint(path):
     """The dict :func:`save_checkpoint` wrote (on CPU)."""
-    import torch
+    import torch  # torch: seconds; the checkpoint's names load without it
     return torch.load(path, map_location="cpu", weights_only=False)

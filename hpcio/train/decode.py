@@ -10,6 +10,7 @@ inside its decoders and resamplers, so a pool of threads decodes in parallel.
 import io
 
 import numpy as np
+from PIL import Image, UnidentifiedImageError
 
 from ..errors import HpcioError, lookup
 from ..formats.example import payloads
@@ -77,7 +78,6 @@ def raw_view(data, offsets, shape, layout="hwc", dtype="uint8"):
 
 
 def _open(buf, record):
-    from PIL import Image, UnidentifiedImageError
     try:
         img = Image.open(io.BytesIO(buf))
         img.load()  # the decode proper (GIL released inside Pillow)
@@ -96,7 +96,6 @@ def decode_images(data, offsets, lo, hi, out, ids=None, other=None):
     folder of pictures of mixed sizes is handled; pictures of the expected size are left
     for one resize of the whole chunk.
     """
-    from PIL import Image
     _, h, w, c = out.shape
     mode = MODES.get(c)
     if mode is None:

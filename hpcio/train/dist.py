@@ -72,7 +72,7 @@ class World:
 def init_world(comm=None):
     """Rank, size and node-local rank from MPI (shared-memory split of the communicator)."""
     started = mpi_started()
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI (after the clock's own start)
     comm = comm or MPI.COMM_WORLD
     node = node_comm(comm)
     local_rank, local_size = node.rank, node.size
@@ -88,7 +88,7 @@ def init_world(comm=None):
 
 def pick_device(world, want="auto"):
     """``cuda:<local rank mod GPUs>`` when a GPU is there (and wanted), else CPU."""
-    import torch
+    import torch  # torch: seconds; dist loads with the command line (exchange.py)
     have = torch.cuda.is_available()
     missing = 1 if want == "cuda" and not have else 0
     if world.comm is not None and world.size > 1:
@@ -164,6 +164,7 @@ class FirstBucket:
     stamp does not say when the bytes arrived."""
 
     def __init__(self):
+        # torch: seconds (see pick_device)
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
         self.allreduce = allreduce_hook
         self.ready = self.done = None
@@ -197,7 +198,7 @@ def _rendezvous(world):
 def init_process_group(world, backend):
     """torch.distributed's default group over the MPI job's ranks (collective): rank 0's
     address and a free port, broadcast over MPI."""
-    import torch.distributed as td
+    import torch.distributed as td  # torch: seconds (see pick_device)
     addr, port = on_root(world.comm, lambda: _rendezvous(world), share=True)
     td.init_process_group(backend, init_method=f"tcp://{addr}:{port}",
                           rank=world.rank, world_size=world.size,
@@ -212,7 +213,7 @@ class TorchDist(NoDist):
 
     def __init__(self, world, device):
         super().__init__(world, device)
-        import torch.distributed as td
+        import torch.distributed as td  # torch: seconds (see pick_device)
         self.backend = "nccl" if device.type == "cuda" else "gloo"
         self.td = td
         self.first_bucket = None
@@ -225,6 +226,7 @@ class TorchDist(NoDist):
     def wrap(self, model, optimizer):
         if not self.initialised:
             return model, optimizer
+        # torch: seconds (see pick_device)
         from torch.nn.parallel import DistributedDataParallel as DDP
         ids = [self.device.index] if self.device.type == "cuda" else None
         ddp = DDP(model, device_ids=ids, output_device=ids[0] if ids else None)
@@ -252,7 +254,7 @@ class HorovodDist(NoDist):
     @staticmethod
     def problem():
         try:
-            import horovod.torch as hvd
+            import horovod.torch as hvd  # horovod: optional, and its import starts torch and MPI
         except ImportError as e:
             why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             return (f"--dist horovod: horovod.torch does not import ({why}); build it into "
@@ -265,7 +267,7 @@ class HorovodDist(NoDist):
 
     def __init__(self, world, device):
         super().__init__(world, device)
-        import horovod.torch as hvd
+        import horovod.torch as hvd  # horovod: optional, and its import starts torch and MPI
         hvd.init()
         wrong = int(hvd.rank() != world.rank or hvd.size() != world.size)
         if world.size > 1:

@@ -39,6 +39,7 @@ import numpy as np
 
 from ..errors import HpcioError, lookup
 from ..measure.probes import mem_available
+from .dist import init_process_group
 from .models import MODELS
 
 __all__ = ["PRESET_MODELS", "EXCHANGE_MODELS", "TRANSPORTS", "exchange_size",
@@ -102,9 +103,8 @@ class GlooExchange(NoExchange):
     name = "gloo"
 
     def __init__(self, world, nbytes, said=None):
-        import torch
+        import torch  # torch: seconds; the exchange's sizes and names load with the command line
         import torch.distributed as td
-        from .dist import init_process_group
         init_process_group(world, "gloo")
         self.td = td
         self.buf = torch.zeros(math.ceil(nbytes / GRAD_BYTES), dtype=torch.float32) \
@@ -134,7 +134,7 @@ class MpiExchange(NoExchange):
     name = "mpi"
 
     def __init__(self, world, nbytes, said=None):
-        from mpi4py import MPI
+        from mpi4py import MPI  # mpi4py: importing it starts MPI
         self.MPI = MPI
         self.comm = world.comm.Dup()
         self.buf = np.zeros(math.ceil(nbytes / GRAD_BYTES), dtype=np.float32) \

@@ -8,15 +8,15 @@ Every error is one line.
 
 import argparse
 
-from ..cli import (ArgumentParser, add_plan_arguments, add_reader_arguments, fraction, integer,
-                   load_config, parse_key_values, positive, seconds)
+from ..cli import (ArgumentParser, add_plan_arguments, add_reader_arguments, au_percent,
+                   fraction, integer, load_config, parse_key_values, positive, seconds)
 from ..cli import reader_options as parse_reader_options
 from ..errors import HpcioError
 from ..progress import EVERY
 from ..readers import READERS, check_options
 from ..workloads import WORKLOADS
 from ..workloads import load as load_workload
-from .emulate import DISTRIBUTIONS
+from .computetime import DISTRIBUTIONS
 from .exchange import EXCHANGE_MODELS, PRESET_MODELS, TRANSPORTS
 from .models import MODELS
 
@@ -29,7 +29,8 @@ READER_NAMES = tuple(READERS)
 def build_parser():
     """The command line (also the schema of ``--config`` files)."""
     p = ArgumentParser(
-        prog="python -m hpcio.train", description="Data-parallel training on MPI ranks with per-step stall accounting: "
+        prog="python -m hpcio.train",
+        description="Data-parallel training on MPI ranks with per-step stall accounting: "
                     "how long training waits for data, and why.",
         epilog="Results: a run directory with config.yaml, env.json, rank-<r>.npz/json, "
                "summary.json and summary.txt (see hpcio/measure/rundir.py and "
@@ -46,7 +47,17 @@ def build_parser():
                         "DLIO's configs/workload) or a DLIO config file; its batch, epochs, "
                         "compute time per step, shuffle and AU threshold become the "
                         "defaults, what hpcio does not model is listed in one line")
-    g = p.add_argument_group("data")
+    _add_data(p.add_argument_group("data"))
+    _add_model(p.add_argument_group("model"))
+    _add_training(p.add_argument_group("training"))
+    _add_pipeline(p.add_argument_group("pipeline"))
+    _add_tracing(p.add_argument_group("tracing"))
+    _add_run(p.add_argument_group("run"))
+    return p
+
+
+def _add_data(g):
+    """The dataset and its reader."""
     g.add_argument("--data", metavar="PATH", help="dataset directory (required)")
     g.add_argument("--reader", default="coordinated", choices=READER_NAMES,
                    help="how batches are read: every rank through the format's library "
@@ -66,7 +77,10 @@ def build_parser():
                    help="collective MPI-IO reads (coordinated reader)")
     g.add_argument("--independent", dest="collective", action="store_false", default=None,
                    help="independent MPI-IO reads (coordinated reader)")
-    g = p.add_argument_group("model")
+
+
+def _add_model(g):
+    """The network, or the emulated step and its gradient exchange."""
     g.add_argument("--model", default="lenet", choices=MODEL_NAMES,
                    help="network to train; 'emulate' sleeps --compute-time per step")
     g.add_argument("--compute-time", type=seconds, default=0.01, metavar="S",
@@ -88,14 +102,17 @@ def build_parser():
     g.add_argument("--exchange-via", default="gloo", choices=tuple(TRANSPORTS),
                    help="emulate: the exchange's transport: torch.distributed gloo (no "
                         "MPI lock, so MPI-IO readers cannot delay it) or MPI")
-    g.add_argument("--au-threshold", type=fraction, default=None, metavar="F",
-                   help="the AU (a fraction, 0.9 for 90%%) the run must keep to pass, as "
+    g.add_argument("--au-threshold", type=au_percent, default=None, metavar="PERCENT",
+                   help="the AU in percent (90 for 90%%) the run must keep to pass, as "
                         "MLPerf Storage judges a run: the summary says pass or fail "
                         "(default: the workload's, else no pass line)")
     g.add_argument("--lr", type=positive, default=0.01, help="SGD learning rate")
     g.add_argument("--momentum", type=fraction, default=0.9, metavar="M",
                    help="SGD momentum, 0 to 1")
-    g = p.add_argument_group("training")
+
+
+def _add_training(g):
+    """The sample plan, epochs and checkpoints."""
     add_plan_arguments(g, "global", seed_help="seeds the sample order, augmentation and "
                                               "compute-time draws")
     g.add_argument("--epochs", type=integer(1), default=1, help="passes over the data")
@@ -107,7 +124,10 @@ def build_parser():
                    help="rank 0 writes model + optimiser state every N steps (0: never)")
     g.add_argument("--checkpoint-dir", metavar="DIR", default=None,
                    help="where checkpoints go (default: RUNDIR/checkpoints)")
-    g = p.add_argument_group("pipeline")
+
+
+def _add_pipeline(g):
+    """Preprocessing between the reader and the step."""
     g.add_argument("--threads", type=integer(1), default=2, help="preprocessing threads")
     g.add_argument("--prefetch", type=integer(0), default=2,
                    help="batches the pipeline prepares ahead of training")
@@ -119,7 +139,10 @@ def build_parser():
                    help="run the preprocessing pipeline; 'off' hands the step the batch's "
                         "bytes as read, as DLIO and MLPerf Storage do (only for emulate); "
                         "auto: off for emulate, on for real models")
-    g = p.add_argument_group("tracing")
+
+
+def _add_tracing(g):
+    """Darshan and DFTracer traces of the run."""
     g.add_argument("--darshan", metavar="LIB", default=None,
                    help="trace the run with this Darshan runtime (libdarshan.so, built "
                         "against mpi4py's MPI: scripts/darshan-local.sh build): every rank "
@@ -137,7 +160,10 @@ def build_parser():
     g.add_argument("--trace-gzip", action=argparse.BooleanOptionalAction, default=True,
                    help="with --trace, gzip the traces (.pfw.gz: DFTracer 2's reader "
                         "needs it; Perfetto and DFAnalyzer 1 read both)")
-    g = p.add_argument_group("run")
+
+
+def _add_run(g):
+    """Where results go, the device, sampling, flushing and progress."""
     g.add_argument("--out", metavar="RUNDIR", default=None,
                    help="results directory (default: runs/<time>-<reader>-<model>-n<ranks>)")
     g.add_argument("--dist", default="torch", choices=("torch", "horovod", "none"),
@@ -162,7 +188,6 @@ def build_parser():
                         "(under mpiexec or srun stdout is a pipe)")
     g.add_argument("--progress-interval", type=seconds, default=EVERY, metavar="S",
                    help="seconds between progress lines")
-    return p
 
 
 def _apply_config(parser, path, cfg=None):

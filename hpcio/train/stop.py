@@ -107,7 +107,7 @@ class StopVote:
         self.count += 1
         if self.count % self.every:
             return False
-        from mpi4py import MPI
+        from mpi4py import MPI  # mpi4py: importing it starts MPI
         stop = self._finish()
         send = np.array([1 if self.local else 0], dtype=np.int32)
         recv = np.zeros(1, dtype=np.int32)
@@ -120,7 +120,7 @@ class StopVote:
         self.local = self.local or bool(local)
         if self.comm is None:
             return self.local
-        from mpi4py import MPI
+        from mpi4py import MPI  # mpi4py: importing it starts MPI
         stop = self._finish()
         return bool(self.comm.allreduce(1 if (self.local or stop) else 0, op=MPI.MAX))
 

@@ -55,8 +55,9 @@ from ..plan import make_plan
 from ..progress import Progress
 from ..readers import READERS, check_dataset, make_reader
 from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpoint
+from .computetime import ComputeTime
 from .dist import check_dist, init_world, make_dist, pick_device
-from .emulate import SPEC, ComputeTime, EmulatedModel, ReadOnly
+from .emulate import SPEC, EmulatedModel, ReadOnly
 from .exchange import NoExchange, check_fits, exchange_size, make_exchange
 from .models import make_model
 from ..workloads import FORMATS as FORMATS_OF_WORKLOAD
@@ -93,7 +94,6 @@ class Step:
     synchronised on GPU so its time is the device's, not the launch's."""
 
     def __init__(self, model, optimizer, device):
-        import torch
         self.torch = torch
         self.model, self.optimizer, self.device = model, optimizer, device
         self.cuda = device.type == "cuda"
@@ -692,8 +692,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
                          "samples/s and MiB/s count every step",
         "exchange": exchange,
         "workload": args.workload,
-        "au_threshold_percent": (None if args.au_threshold is None
-                                 else 100.0 * args.au_threshold),
+        "au_threshold_percent": args.au_threshold,
     }
     tail = {
         "cache": epochs[0]["cache"] if epochs else None,

@@ -27,7 +27,7 @@ WORKLOADS = {f[:-5]: os.path.join(_HERE, f) for f in sorted(os.listdir(_HERE))
              if f.endswith(".yaml")}
 #: MLPerf Storage's AU threshold per model, for configs without ``metric.au`` (DLIO's
 #: v100 files): 90% for U-Net and ResNet-50, 70% for CosmoFlow (its rules, v1.0)
-MLPERF_AU = {"unet3d": 0.90, "resnet50": 0.90, "cosmoflow": 0.70}
+MLPERF_AU = {"unet3d": 90.0, "resnet50": 90.0, "cosmoflow": 70.0}
 
 # DLIO keys hpcio takes, as (section, key); all others are reported as not modelled
 _MODELLED = {
@@ -60,7 +60,7 @@ class Workload:
     batch: int
     epochs: int
     compute_time: float          # seconds per step
-    au_threshold: float = None   # a fraction; None: the config names none
+    au_threshold: float = None   # percent (DLIO's fraction x 100); None: the config names none
     compute_std: float = 0.0
     prefetch: int = None
     shuffle: str = "none"
@@ -172,6 +172,8 @@ def _workload(name, path, cfg):
     elif not 0 < au <= 1:
         raise HpcioError(f"workload {path}: metric.au is a fraction (0.9 for 90%), not "
                          f"{au}", everywhere=True)
+    else:
+        au = 100.0 * au  # hpcio's unit: percent, as AU is printed
     shuffled = {str(get("reader", k, str, "off")).lower() for k in
                 ("sample_shuffle", "file_shuffle")}
     seed = get("train", "seed", int, least=0)

@@ -5,37 +5,43 @@ the input shape the pipeline resizes to, the default class count, and the refere
 parameter count (checked by the tests; Lim et al. 2016 for the Caffe nets, torchvision for
 ResNet-50). The emulated model (a timed sleep) is not a torch model and lives with the
 trainer.
+
+The registry names each model's builder by where it lives and imports it only to build
+one, so the command line, the exchange sizes and the tests' names load without torch.
 """
 
 from dataclasses import dataclass
-from typing import Callable, Tuple
+from importlib import import_module
+from typing import Tuple
 
 from ...errors import HpcioError, lookup
-from .caffenet import CaffeNet
-from .cifar_quick import CifarQuick
-from .lenet import LeNet
-from .resnet import resnet50
 
 __all__ = ["ModelSpec", "MODELS", "make_model", "count_params"]
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model by name: ``build(num_classes) -> nn.Module``, input (C, H, W), default
-    class count, and parameter count at that class count."""
+    """A model by name: its builder (``module.callable`` in this package), input (C, H, W),
+    default class count, and parameter count at that class count."""
 
     name: str
-    build: Callable
+    home: str
     input_shape: Tuple[int, int, int]
     classes: int
     params: int
 
+    def build(self, num_classes):
+        """The ``nn.Module`` with ``num_classes`` outputs; its module (torch: seconds) is
+        imported here, on the first build."""
+        module, _, builder = self.home.rpartition(".")
+        return getattr(import_module(f".{module}", __name__), builder)(num_classes=num_classes)
+
 
 MODELS = {s.name: s for s in (
-    ModelSpec("lenet", LeNet, (1, 28, 28), 10, 431_080),
-    ModelSpec("cifar-quick", CifarQuick, (3, 32, 32), 10, 145_578),
-    ModelSpec("caffenet", CaffeNet, (3, 227, 227), 1000, 62_378_344),
-    ModelSpec("resnet50", resnet50, (3, 224, 224), 1000, 25_557_032),
+    ModelSpec("lenet", "lenet.LeNet", (1, 28, 28), 10, 431_080),
+    ModelSpec("cifar-quick", "cifar_quick.CifarQuick", (3, 32, 32), 10, 145_578),
+    ModelSpec("caffenet", "caffenet.CaffeNet", (3, 227, 227), 1000, 62_378_344),
+    ModelSpec("resnet50", "resnet.resnet50", (3, 224, 224), 1000, 25_557_032),
 )}
 
 

@@ -1,8 +1,8 @@
-"""How the coordinated reader's requests get from the files into its buffers: one read path
+"""How the coordinated reader's requests get from the files into its buffers: one read route
 per reader, chosen once (:func:`choose`), each behind the same protocol:
 
-* ``prepare(plan, reqs)``: per epoch, collective where the path needs it (the node-shared
-  path exchanges the node's plans);
+* ``prepare(plan, reqs)``: per epoch, collective where the route needs it (the node-shared
+  route exchanges the node's plans);
 * ``advise(r)``: tell the kernel what request ``r`` will read (``POSIX_FADV_WILLNEED``);
 * ``read(r, buf, files, nonblocking)``: request ``r``'s records into ``buf`` in plan
   order; ``files`` (bool per file) are the files every rank reads collectively, the others
@@ -10,7 +10,7 @@ per reader, chosen once (:func:`choose`), each behind the same protocol:
 * ``close()``.
 
 =============  ================================================================================
-path           reads
+route          reads
 =============  ================================================================================
 ``views``      MPI-IO over the index offsets: per file one read through an hindexed file view,
                into place through an hindexed memory type (or, for small records, through
@@ -55,12 +55,12 @@ ADVISE_GAP = 32 << 10
 
 
 def _mpi():
-    from mpi4py import MPI
+    from mpi4py import MPI  # mpi4py: importing it starts MPI
     return MPI
 
 
-class _Path:
-    """What every path shares: the reader's settings, staging buffers (one per ring slot,
+class _Route:
+    """What every route shares: the reader's settings, staging buffers (one per ring slot,
     from the process's pool), and the file descriptors for ``POSIX_FADV_WILLNEED``."""
 
     name = "?"
@@ -111,7 +111,7 @@ class _Path:
         self._stage = [None] * len(self._stage)
 
 
-class Views(_Path):
+class Views(_Route):
     """MPI-IO through file views over the index offsets (see the module docstring)."""
 
     name = "views"
@@ -274,7 +274,7 @@ class NodeShared(Views):
         super().close()
 
 
-class H5Parallel(_Path):
+class H5Parallel(_Route):
     """HDF5's parallel I/O: collective (or independent) ``H5Dread`` of a rank's rows."""
 
     name = "hdf5"
@@ -295,7 +295,7 @@ class H5Parallel(_Path):
         super().close()
 
 
-class RecordFiles(_Path):
+class RecordFiles(_Route):
     """One ``open`` + ``preadv`` per record, split over the reader's ``threads``: opening
     an MPI file per record would cost a collective open per sample. File names come from
     the broadcast index: no rank lists the folders."""
@@ -360,7 +360,7 @@ PATHS = {p.name: p for p in (Views, RecordFiles, H5Parallel, NodeShared)}
 
 
 def choose(rd, mpio, filewise, shared, mean_record, share_min):
-    """The read path for reader ``rd``: parallel HDF5 when asked, per-record files for
+    """The read route for reader ``rd``: parallel HDF5 when asked, per-record files for
     image folders and very many files, the node-shared window when asked (``shared=True``)
     or, with ``shared="auto"``, for independent reads of records of at least
     ``share_min`` bytes by several ranks of a node; MPI-IO file views otherwise."""

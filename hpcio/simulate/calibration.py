@@ -1,0 +1,51 @@
+"""The calibration file (``python -m hpcio.simulate calibrate -o``): the fitted platform
+with each reader's costs, written and read back here only, so ``predict --reader-costs`` takes
+what ``calibrate`` wrote."""
+
+import os
+
+import yaml
+
+from ..errors import HpcioError
+from ..fsutil import atomic_write
+from .platform import platform_dict
+
+__all__ = ["write_calibration", "load_readers"]
+
+
+def write_calibration(path, fit, runs):
+    """The fit as a platform YAML with ``readers`` (each one's costs) and
+    ``calibrated_on`` (the run directories), atomically."""
+    d = platform_dict(fit.platform, readers={
+        r: {"cpu_us_per_sample": v["cpu_s"] * 1e6,
+            "cpu_ms_per_mib": round(v["cpu_s_per_byte"] * 1e3 * 2 ** 20, 3),
+            "window_kib": (v["window"] or 0) // 1024}
+        for r, v in fit.params.items()}, calibrated_on=[os.path.abspath(d) for d in runs])
+    data = yaml.safe_dump(d, sort_keys=False).encode()
+    atomic_write(path, lambda f: f.write(data))
+
+
+def load_readers(path):
+    """Each reader's fitted costs from ``calibrate -o``'s YAML: ({label: params}, runs)."""
+    try:
+        with open(path) as f:
+            d = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        raise HpcioError(f"{path}: cannot read the calibration: "
+                         f"{getattr(e, 'strerror', None) or str(e).splitlines()[0]}")
+    rd = d.get("readers") if isinstance(d, dict) else None
+    if not isinstance(rd, dict) or not rd:
+        raise HpcioError(f"{path}: no readers section (write one with hpcio.simulate "
+                         f"calibrate -o)")
+    out = {}
+    for r, v in rd.items():
+        try:
+            cpu, win = float(v["cpu_us_per_sample"]), int(v["window_kib"])
+            per_mib = float(v.get("cpu_ms_per_mib", 0))
+        except (TypeError, KeyError, ValueError, AttributeError):
+            raise HpcioError(f"{path}: readers.{r} needs cpu_us_per_sample and window_kib")
+        if cpu < 0 or win < 0 or per_mib < 0:
+            raise HpcioError(f"{path}: readers.{r}: negative cost")
+        out[r] = {"cpu_s": cpu * 1e-6, "window": win * 1024 or None,
+                  "cpu_s_per_byte": per_mib * 1e-3 / 2 ** 20}
+    return out, d.get("calibrated_on") or []
