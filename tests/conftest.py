@@ -12,6 +12,8 @@ os.environ["PYTHONPATH"] = ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")
 
 from common import tiers  # noqa: E402  (needs the path above)
 
+pytest_plugins = ["common.prediction"]  # testbed_prediction: one simulation, several tests
+
 _running = {"item": None}
 _measured = collections.defaultdict(float)  # test id: seconds, setup + call + teardown
 _unpassed = set()

@@ -138,7 +138,8 @@ def test_log_regions_match_darshan_parser():
     _fixtures()
     parser = find_parser()
     if parser is None:
-        pytest.skip("no darshan-parser")
+        pytest.skip("no darshan-parser: scripts/darshan-local.sh build (or HPCIO_DARSHAN=LIB) "
+                    "puts one beside libdarshan.so")
     dxt_parser = os.path.join(os.path.dirname(parser), "darshan-dxt-parser")
     path = _log(os.path.join(RUNS, "pfs-inet-lmdb-coordinated-n2"))
     log = darshanlog.read_log(path)

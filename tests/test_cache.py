@@ -91,7 +91,8 @@ def test_cold_scope_of_a_network_file_system_names_the_servers(tmp_path):
         net = [(m, t) for _, m, t, *_ in map(str.split, f)
                if (t in NETWORK_FS or t.startswith("fuse")) and os.path.isdir(m)]
     if not net:
-        pytest.skip("no network or FUSE file system mounted here")
+        pytest.skip("no network or FUSE file system mounted here (scripts/pfs-local.sh start "
+                    "mounts the GlusterFS testbed; needs root)")
     mnt, kind = net[0]
     scope = cold_scope(os.path.join(mnt, "x"), asked=False, dropped=False)
     assert scope["fs_type"] == kind

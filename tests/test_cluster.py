@@ -129,7 +129,7 @@ def test_state_left_by_a_cluster_that_no_longer_runs_does_not_block_start(testbe
 
 def test_a_slurmd_that_does_not_come_up_leaves_nothing(testbed, tmp_path):
     if shutil.which("slurmd") is None:
-        pytest.skip("no slurm-wlm here")
+        pytest.skip("no slurm-wlm here (apt-get install slurm-wlm)")
     t = time.monotonic()
     p = cluster("start", "--nodes", 2, env=fake(tmp_path, "slurmd", "fake slurmd: refused"))
     line = one_error_line(p)
@@ -303,7 +303,7 @@ def test_a_node_that_dies_mid_run(up):
     """Node 3's ranks killed mid-run: the job ends (no hang), a line names hpcio-n3, and
     every other rank's steps are on disk."""
     if not up["slurm"]:
-        pytest.skip("no slurm-wlm here")
+        pytest.skip("no slurm-wlm here (apt-get install slurm-wlm)")
     ds = make_dataset(up["data"], "packed", "raw", records=4000, shards=4, seed=3)
     out = up["tmp"] / "dies"
     proc = spawn(["srun", "-N", str(NODES), "-n", str(NODES * PPN), "--mpi=pmi2",
@@ -425,7 +425,7 @@ def sbatch(up, job, *args, timeout=600):
 
 def test_job_templates_on_four_nodes(up):
     if not up["slurm"]:
-        pytest.skip("no slurm-wlm here")
+        pytest.skip("no slurm-wlm here (apt-get install slurm-wlm)")
     ds = make_dataset(up["data"], "packed", "raw", records=2000, shards=4, seed=4)
     jobid, log = sbatch(up, "train.sbatch", "--data", ds.root, "--model", "emulate",
                         "--compute-time", "0.005", "--batch", "16", "--steps", "5",

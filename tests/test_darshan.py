@@ -196,7 +196,7 @@ def test_traced_mpiexec_mpiio_reads(lib, tmp_path):
 def test_traced_srun_pmi2_mpiio_reads(lib, tmp_path):
     why = "no /etc/slurm" if not os.path.isdir("/etc/slurm") else slurm_up()
     if why:
-        pytest.skip(f"no Slurm here: {why}")
+        pytest.skip(f"no Slurm here: {why} (scripts/slurm-local.sh start; needs root)")
     data, size = _data_file(tmp_path)
     config = darshan.write_config(str(tmp_path / "d.conf"), 1)
     _, ranks, log = _traced(2, lib, config, data, str(tmp_path / "run"),

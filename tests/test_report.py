@@ -242,25 +242,15 @@ def _md_table(md, header):
     return rows
 
 
-@pytest.mark.mpi  # hpcio.simulate forks a child process for the SimGrid engine
-@pytest.mark.slow
-def test_prediction_beside_the_runs(tmp_path):
+@pytest.mark.mpi  # hpcio.simulate forks its engines
+def test_prediction_beside_the_runs(tmp_path, testbed_prediction):
     """hpcio.simulate predict on the recorded runs, then --prediction: the section names
     each reader's held-out errors (or "unvalidated"), the table's numbers are
     prediction.json's, the figure and the CSV are written, and the headline and dominant
     mechanism appear when the prediction has them."""
     _fixtures()
-    from hpcio.simulate.engine import available
-    ok, why = available()
-    if not ok:
-        pytest.skip(why)
     names = [f"pfs-inet-lmdb-{r}-n{n}" for r in ("naive", "coordinated") for n in (1, 2, 4)]
-    pred = tmp_path / "pred"
-    p = run_main(["-m", "hpcio.simulate", "predict", "--platform",
-                  os.path.join(ROOT, "platforms", "testbed.yaml"), "--from",
-                  *[os.path.join(RUNS, n) for n in names], "--ranks", "1,2,4,8", "-o", pred],
-                 cwd=ROOT)
-    assert p.returncode == 0, p.stdout + p.stderr
+    pred, _ = testbed_prediction
     with open(pred / "prediction.json") as f:
         doc = json.load(f)
     with open(pred / "validation.json") as f:

@@ -11,6 +11,7 @@ from hpcio.plan import make_plan
 from hpcio.simulate.engine import INSTALL_HINT, Case, available
 from common.failure import one_line
 from common.launch import launch
+from common.prediction import TESTBED_RANKS
 from hpcio.simulate.platform import load_platform
 from hpcio.simulate.workload import Workload
 
@@ -75,19 +76,14 @@ def test_one_server_shared_evenly(ranks):
     assert f["stall_max_s"] == pytest.approx(ranks * 16e6 / 100e6, rel=1e-6)
 
 
-@needs_simgrid
-@pytest.mark.skipif(not all(os.path.isdir(d) for d in FIXTURES),
-                    reason=f"the recorded testbed runs are not in {RUNS}")
-def test_predict_on_testbed_runs(tmp_path):
-    out = tmp_path / "pred"
-    r = _simulate("predict", "--platform", TESTBED, "--from", *FIXTURES, "--ranks", "1,4,8",
-                  "-o", str(out))
-    assert r.returncode == 0, r.stderr
+@pytest.mark.mpi  # hpcio.simulate forks its engines
+def test_predict_on_testbed_runs(testbed_prediction):
+    out, r = testbed_prediction
     assert "held out: calibrated on P in [1, 2], predicting P=4" in r.stdout
     pred = json.loads((out / "prediction.json").read_text())
     val = json.loads((out / "validation.json").read_text())
     got = {(p["reader"], p["ranks"]) for p in pred["points"]}
-    assert got == {(rd, n) for rd in ("naive", "coordinated") for n in (1, 4, 8)}
+    assert got == {(rd, n) for rd in ("naive", "coordinated") for n in TESTBED_RANKS}
     for p in pred["points"]:
         assert p["stall_s_per_step"] >= 0 and 0 < p["au_percent"] <= 100
         assert p["extrapolated"] == (p["ranks"] > 4)

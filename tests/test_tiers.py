@@ -65,17 +65,17 @@ def test_slow_is_set_from_the_recorded_durations(request):
 
 
 def test_what_this_run_selected_fits_its_budget_as_measured(request):
-    """The recorded durations of the tests this run selected add up to less than the
-    budget its make target names (make test: 600 s, make test-fast: 90 s), collection and
-    start-up aside: a new test that would break the budget fails here, on any machine."""
+    """The recorded durations of the tests this run selected, with 10 s for collection and
+    start-up, fit the budget its make target names (make test: 600 s, make test-fast:
+    90 s): a new test that would break the budget fails here, on any machine."""
     budget = float(os.environ.get("HPCIO_TEST_BUDGET_S", 0) or 0)
     if not budget:
         pytest.skip("no HPCIO_TEST_BUDGET_S: run through make test or make test-fast")
     took = tiers.load_durations()
     total = sum(took.get(item.nodeid, 0.0) for item in request.session.items)
-    assert total <= 0.9 * budget, (
-        f"the selected tests took {total:.0f} s when last recorded, over 90% of the "
-        f"{budget:.0f} s budget; slowest: " + ", ".join(
+    assert total + 10 <= budget, (
+        f"the selected tests took {total:.0f} s when last recorded (make durations), and "
+        f"10 s to start: over the {budget:.0f} s budget; slowest: " + ", ".join(
             f"{k} {v:.0f} s" for k, v in sorted(
                 ((i.nodeid, took.get(i.nodeid, 0.0)) for i in request.session.items),
                 key=lambda kv: -kv[1])[:5]))

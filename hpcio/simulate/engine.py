@@ -3,9 +3,9 @@ whose link carries their bandwidth, a star of links joins them, and SimGrid shar
 link's bandwidth among the flows that cross it (max-min fairness, its CM02 model: no TCP
 factors, so a latency is the platform's, not 13x it).
 
-SimGrid keeps one engine per process, so every :func:`simulate` runs in a forked child;
-many cases (a calibration grid) share one engine run on disjoint hosts, so they cost one
-fork. A case whose per-request events would be too many (or a step of more than
+SimGrid keeps one engine per process, so every :func:`simulate` runs in forked children;
+many cases (a calibration grid) share an engine run on disjoint hosts, one child per core,
+the cases dealt among them. A case whose per-request events would be too many (or a step of more than
 AGGREGATE_STEP requests: a cursor stepping over thousands of records) is aggregated: each
 rank's step becomes one request, its requests' latencies back to back and then its bytes
 from every server at once, and the result says so.
@@ -29,8 +29,8 @@ from .actors import Ranks
 from .costs import WAKE_S
 from .topology import build
 
-__all__ = ["Case", "simulate", "available", "layout", "INSTALL_HINT", "AGGREGATE_ABOVE",
-           "MAX_ACTORS", "WAKE_S"]
+__all__ = ["Case", "simulate", "jobs", "available", "layout", "INSTALL_HINT",
+           "AGGREGATE_ABOVE", "MAX_ACTORS", "WAKE_S"]
 
 INSTALL_HINT = ("SimGrid's Python module is missing: as root run scripts/install-simgrid.sh "
                 "(Debian's python3-simgrid 3.32 linked into the venv), or pip install "
@@ -120,12 +120,18 @@ def _run_cases(cases):
     return outs
 
 
-def simulate(cases):
-    """Simulate ``cases`` (one engine run in a forked child); per case a dict of per-rank,
-    per-step ``columns``, ``requests`` (events issued) and ``aggregated`` (bool)."""
-    ok, why = available()
-    if not ok:
-        raise HpcioError(why)
+def jobs():
+    """How many engines run at once: the CPUs this process may use (``HPCIO_SIM_JOBS``
+    overrides)."""
+    given = os.environ.get("HPCIO_SIM_JOBS", "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+
+
+def _start(cases):
+    """A forked child running ``cases`` in one engine; (pid, the pipe it answers on)."""
     rfd, wfd = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -140,6 +146,11 @@ def simulate(cases):
             pickle.dump(payload, f)
         os._exit(0)
     os.close(wfd)
+    return pid, rfd
+
+
+def _answer(pid, rfd):
+    """What the child ``pid`` sent: its cases' results, or an error raised here."""
     with os.fdopen(rfd, "rb") as f:
         data = f.read()
     _, status = os.waitpid(pid, 0)
@@ -151,3 +162,27 @@ def simulate(cases):
             sys.stderr.write(payload[2])
         raise HpcioError(f"the simulation failed: {payload[1]}")
     return payload[1]
+
+
+def simulate(cases):
+    """Simulate ``cases``; per case a dict of per-rank, per-step ``columns``, ``requests``
+    (events issued) and ``aggregated`` (bool). Cases are independent (disjoint hosts), so
+    they are dealt round-robin to :func:`jobs` forked children, one engine each, run at
+    once: a calibration grid takes the machine's cores, not one."""
+    ok, why = available()
+    if not ok:
+        raise HpcioError(why)
+    n = max(1, min(jobs(), len(cases)))
+    children = [_start(cases[k::n]) for k in range(n)]
+    parts, failed = [], []
+    for pid, rfd in children:  # every child read and reaped, also past a failed one
+        try:
+            parts.append(_answer(pid, rfd))
+        except HpcioError as e:
+            failed.append(e)
+    if failed:
+        raise failed[0]
+    outs = [None] * len(cases)
+    for k, part in enumerate(parts):
+        outs[k::n] = part
+    return outs
