@@ -96,7 +96,7 @@ def test_report_puts_drishtis_verdicts_beside_the_findings(tmp_path):
     summary.json, after hpcio's findings; its small-read count is hpcio's."""
     out = tmp_path / "out"
     run = os.path.join(RUNS, "local-mnist-hdf5-naive-n2")
-    assert main([run, "-o", str(out), "--format", "md,html,json"]) == 0
+    assert main([run, "-o", str(out), "--report-formats", "md,html,json"]) == 0
     md = (out / "report.md").read_text()
     part = md[md.index("## Drishti's verdicts"):md.index("## A:")]
     assert md.index("## Findings") < md.index("## Drishti's verdicts")
@@ -135,7 +135,7 @@ def test_a_log_drishti_fails_on_is_one_line(tmp_path):
                          cwd=tmp_path, timeout=120)
     assert cli.returncode != 0 and "ValueError" in cli.stderr
     out = tmp_path / "out"
-    assert main([naive, coord, "-o", str(out), "--format", "md,json"]) == 0
+    assert main([naive, coord, "-o", str(out), "--report-formats", "md,json"]) == 0
     md = (out / "report.md").read_text()
     part = md[md.index("## Drishti's verdicts"):md.index("## A:")]
     line = (f"Drishti on {log}: failed (ValueError: not enough values to unpack (expected "

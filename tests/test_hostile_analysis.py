@@ -236,7 +236,7 @@ def test_a_corrupt_log_is_skipped_by_name_and_the_report_made(tmp_path, variant)
         f.write(corrupt(data))
     before = _state(tmp_path / "in")
     out = tmp_path / "out"
-    p = run_main(ANALYZE + [bad, good, "-o", out, "--format", "json"])
+    p = run_main(ANALYZE + [bad, good, "-o", out, "--report-formats", "json"])
     line = one_line(p, f"hpcio.analyze: {log}: ", rc=1, raw=True)
     assert says in line and line.endswith("; left out"), line
     with open(out / "summary.json") as f:
@@ -410,7 +410,7 @@ def test_wrong_files_from_the_command_line_one_line_each(tmp_path):
         dirs.append(d)
     good = _copy(GOOD, tmp_path / "good")
     t = time.monotonic()
-    p = run_main(ANALYZE + dirs + [good, "-o", tmp_path / "out", "--format", "md"])
+    p = run_main(ANALYZE + dirs + [good, "-o", tmp_path / "out", "--report-formats", "md"])
     assert time.monotonic() - t < 120
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     lines = _lines(p.stderr)
@@ -494,7 +494,7 @@ def test_a_fifo_rank_file_does_not_hang_either_command(tmp_path):
         with open(os.path.join(run, "summary.json")) as f:
             s = json.load(f)
         assert s["ranks_missing"] == [1] and s["ranks_summarized"] == [0]
-        p = run_main(ANALYZE + [run, "-o", tmp_path / "out", "--format", "md"])
+        p = run_main(ANALYZE + [run, "-o", tmp_path / "out", "--report-formats", "md"])
         assert p.returncode == 1 and "Traceback" not in p.stderr
         assert f"{run}/rank-1.npz: not a regular file (a FIFO)" in p.stderr
     finally:
@@ -576,9 +576,9 @@ def test_analyze_never_writes_over_a_strangers_files(tmp_path):
     assert os.listdir(out) == ["summary.json"]
     assert (out / "summary.json").read_text() == "my notes\n"
     # its own report directory it may write again
-    p = run_main(ANALYZE + [run, "-o", tmp_path / "report", "--format", "json"])
+    p = run_main(ANALYZE + [run, "-o", tmp_path / "report", "--report-formats", "json"])
     assert p.returncode == 0, p.stderr
-    p = run_main(ANALYZE + [run, "-o", tmp_path / "report", "--format", "json"])
+    p = run_main(ANALYZE + [run, "-o", tmp_path / "report", "--report-formats", "json"])
     assert p.returncode == 0, p.stderr
 
 
