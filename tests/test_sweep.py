@@ -7,6 +7,7 @@ import os
 import pytest
 
 from common.datasets import make_dataset
+from common.inproc import run_main
 from common.mpi import run_py
 from hpcio.errors import HpcioError
 from hpcio.sweep import Point, SweepDir, build_parser, points
@@ -64,17 +65,15 @@ def test_sweep_runs_records_and_resumes(tmp_path):
 
 
 def test_bad_sweeps_are_one_line(tmp_path):
-    p = run_py(SWEEP + ["--ranks", "1,x", "--data", tmp_path], timeout=60)
+    p = run_main(SWEEP + ["--ranks", "1,x", "--data", tmp_path])
     assert p.returncode != 0 and p.stderr.strip().splitlines() == [
         "hpcio.sweep: error: --ranks '1,x': expected a comma-separated list of integers"]
-    p = run_py(SWEEP + ["--ranks", "64", "--data", tmp_path, "--", "--model", "lenet"],
-               timeout=60)
+    p = run_main(SWEEP + ["--ranks", "64", "--data", tmp_path, "--", "--model", "lenet"])
     assert "only emulated compute (--model emulate) may oversubscribe" in p.stderr
 
 
 def test_default_out_is_under_runs(tmp_path):
-    p = run_py(SWEEP + ["--data", tmp_path, "--reader", "naive", "--dry-run"], timeout=60,
-               cwd=tmp_path)
+    p = run_main(SWEEP + ["--data", tmp_path, "--reader", "naive", "--dry-run"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert f" --out {tmp_path}/runs/sweep-" in p.stdout
 
