@@ -15,8 +15,10 @@ from common.mpi import once_more, slurm_up
 from common.launch import launch
 
 why = slurm_up()
-pytestmark = pytest.mark.skipif(why is not None, reason=f"no Slurm here: {why} "
-                                "(scripts/slurm-local.sh start: a one-node Slurm, needs root)")
+# a daemon of its own (slurmctld): its CI lane is .ci/lane-slurm
+pytestmark = [pytest.mark.lane, pytest.mark.skipif(
+    why is not None, reason=f"no Slurm here: {why} (scripts/slurm-local.sh start: a one-node "
+                            "Slurm, needs root)")]
 
 
 def _srun(n, args, timeout=180, env=None):
