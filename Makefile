@@ -1,7 +1,8 @@
 # Set-up and the two commands of the README. Everything goes into $(VENV).
 #   make run            the main job on a small default
-#   make test           the test suite less its CI lanes (-m 'not lane'): within 10 minutes
-#                       on 2 cores, its ten slowest tests and its time against that printed
+#   make test           the test suite less its CI lanes (-m 'not lane') on TEST_JOBS pytest
+#                       workers: within 10 minutes on 2 cores, its ten slowest tests and its
+#                       time against that printed
 #   make test-fast      the tests that start no process (-m 'not mpi'): within 90 s
 #   make durations      the suite, recording each test's time in tests/durations.json
 #                       (a test over 20 s there is marked slow)
@@ -26,6 +27,7 @@ EXTRAS_wheel = mpich,train,test,plot,analysis
 EXTRAS_system = train,test,plot,analysis
 BIN = $(abspath $(VENV))/bin
 
+TEST_JOBS ?= 2
 PYTEST = PATH="$(BIN):$$PATH" $(BIN)/python -m pytest -q --durations=10
 
 .PHONY: run test test-fast durations setup horovod clean-venv
@@ -52,13 +54,13 @@ run: setup
 	PATH="$(BIN):$$PATH" $(BIN)/python -m hpcio.demo
 
 test: setup
-	HPCIO_TEST_BUDGET_S=600 $(PYTEST) -m "not lane" tests
+	HPCIO_TEST_BUDGET_S=600 $(PYTEST) -n $(TEST_JOBS) --dist loadgroup -m "not lane" tests
 
 test-fast: setup
 	HPCIO_TEST_BUDGET_S=90 $(PYTEST) -m "not lane and not mpi" tests
 
 durations: setup
-	$(PYTEST) -m "not lane" --record-durations tests
+	$(PYTEST) -p no:xdist -m "not lane" --record-durations tests
 
 clean-venv:
 	rm -rf $(VENV)

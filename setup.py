@@ -36,6 +36,8 @@ setup(
         # python -m hpcio.analyze: figures, Darshan's counters (PyDarshan brings pandas) and
         # Drishti's verdicts, read from Drishti's insights as 0.8 keeps them (pinned)
         "analysis": ["matplotlib", "darshan", "drishti-io==0.8"],
-        "test": ["pytest>=7"],
+        # make test runs the suite on two workers (pytest-xdist): its launched tests wait
+        # (sleeps, timeouts, collectives) a third of their time, which the other fills
+        "test": ["pytest>=7", "pytest-xdist>=3"],
     },
 )

@@ -46,6 +46,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("slow") is not None:
             _slow.add(item.nodeid)
+        if "testbed_prediction" in getattr(item, "fixturenames", ()) and \
+                config.pluginmanager.hasplugin("xdist"):
+            item.add_marker(pytest.mark.xdist_group("testbed_prediction"))  # computed once
 
 
 def _launch_allowed():
@@ -75,6 +78,8 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_runtest_logreport(report):
+    if report.when == "call" and "slow" in report.keywords:  # also from a worker
+        _slow.add(report.nodeid)
     if report.failed or report.skipped:
         _unpassed.add(report.nodeid)
     _measured[report.nodeid] += report.duration
@@ -82,7 +87,8 @@ def pytest_runtest_logreport(report):
 
 def pytest_sessionfinish(session):
     if session.config.getoption("--record-durations"):
-        tiers.save_durations({k: v for k, v in _measured.items() if k not in _unpassed})
+        tiers.save_durations({k: v for k, v in _measured.items() if k not in _unpassed},
+                             [item.nodeid for item in session.items])
 
 
 def _skip_reasons(reporter):

@@ -115,10 +115,13 @@ def load_durations(path=DURATIONS):
         return {}
 
 
-def save_durations(measured, path=DURATIONS):
-    """Merge ``measured`` ({test id: seconds}) into the record (atomically); tests that
-    no longer exist are dropped by whoever collects them all (``keep``)."""
-    record = load_durations(path)
+def save_durations(measured, collected=(), path=DURATIONS):
+    """Merge ``measured`` ({test id: seconds}) into the record (atomically); a recorded
+    test of a file this run ``collected`` (test ids) that it no longer has is dropped."""
+    ids = set(collected)
+    files = {k.split("::")[0] for k in ids}
+    record = {k: v for k, v in load_durations(path).items()
+              if k in ids or k.split("::")[0] not in files}
     record.update({k: round(v, 2) for k, v in measured.items()})
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
