@@ -54,7 +54,7 @@ run: setup
 	PATH="$(BIN):$$PATH" $(BIN)/python -m hpcio.demo
 
 test: setup
-	HPCIO_TEST_BUDGET_S=600 $(PYTEST) -n $(TEST_JOBS) --dist loadgroup -m "not lane" tests
+	HPCIO_TEST_BUDGET_S=600 $(PYTEST) -n $(TEST_JOBS) --dist loadfile -m "not lane" tests
 
 test-fast: setup
 	HPCIO_TEST_BUDGET_S=90 $(PYTEST) -m "not lane and not mpi" tests

@@ -46,9 +46,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("slow") is not None:
             _slow.add(item.nodeid)
-        if "testbed_prediction" in getattr(item, "fixturenames", ()) and \
-                config.pluginmanager.hasplugin("xdist"):
-            item.add_marker(pytest.mark.xdist_group("testbed_prediction"))  # computed once
 
 
 def _launch_allowed():

@@ -4,8 +4,6 @@ import signal
 import sys
 
 from ..errors import guard, interrupt_on
-from ..measure.clock import mpi_started
-from ..measure.darshan import reexecuted
 
 
 def _starts_mpi_now(argv):
@@ -15,6 +13,7 @@ def _starts_mpi_now(argv):
     words = set(a.split("=", 1)[0] for a in argv)
     if words & {"-h", "--help"}:
         return False
+    from ..measure.darshan import reexecuted  # under the guard: a Ctrl-C now is one line
     return not (words & {"--darshan", "--config"}) or reexecuted()
 
 
@@ -23,6 +22,7 @@ def _main():
         # MPI_Init on a small, quiet heap: the launcher's key-value exchange then carries
         # short values (Slurm's pmi2 plugin misreads long PMI-1 lines now and then, and
         # MPICH's packed UCX addresses grow with the garbage of a big heap)
+        from ..measure.clock import mpi_started  # under the guard, as above
         mpi_started()
     from .trainer import main  # torch: seconds, under the handlers below
     return main()

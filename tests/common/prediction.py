@@ -1,7 +1,11 @@
 """One ``hpcio.simulate predict`` on the recorded testbed runs, shared by the tests that
-read a prediction (the calibration behind it is the suite's longest computation)."""
+read a prediction (the calibration behind it is the suite's longest computation): made
+once per run of the suite, also across pytest-xdist's workers (the first makes it under a
+lock in their common temporary directory, the others read it)."""
 
+import fcntl
 import os
+import subprocess
 
 import pytest
 
@@ -25,9 +29,15 @@ def testbed_prediction(tmp_path_factory):
     ok, why = available()
     if not ok:
         pytest.skip(why)
-    out = tmp_path_factory.mktemp("testbed-prediction") / "pred"
-    p = run_main(["-m", "hpcio.simulate", "predict", "--platform", TESTBED, "--from",
-                  *TESTBED_RUNS, "--ranks", ",".join(map(str, TESTBED_RANKS)), "-o", out],
-                 cwd=ROOT)
-    assert p.returncode == 0, p.stdout + p.stderr
-    return out, p
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    out, said = shared / "testbed-prediction", shared / "testbed-prediction.out"
+    with open(shared / "testbed-prediction.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not said.exists():
+            p = run_main(["-m", "hpcio.simulate", "predict", "--platform", TESTBED, "--from",
+                          *TESTBED_RUNS, "--ranks", ",".join(map(str, TESTBED_RANKS)),
+                          "-o", out], cwd=ROOT)
+            assert p.returncode == 0, p.stdout + p.stderr
+            said.write_text(p.stdout)
+    return out, subprocess.CompletedProcess(["hpcio.simulate"], 0, said.read_text(), "")
