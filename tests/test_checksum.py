@@ -190,7 +190,7 @@ def test_old_index_note_and_update(tmp_path, base):
     mpath = os.path.join(ds.root, MANIFEST)
     with open(mpath) as f:
         m = json.load(f)
-    del m["index_sha256"]
+    del m["index_sha256"], m["contract"]  # as hpcio wrote it before CRCs
     with open(mpath, "w") as f:
         json.dump(m, f)
     old = open_dataset(ds.root)
@@ -204,7 +204,101 @@ def test_old_index_note_and_update(tmp_path, base):
     assert run_main(["-m", "hpcio.datagen", "index", "--update", ds.root]).returncode == 0
     new = open_dataset(ds.root)
     assert np.array_equal(new.index.crc, base["lmdb"].index.crc)
-    assert new.manifest["index_sha256"]
+    assert new.manifest["index_sha256"] and new.manifest["contract"] == 2
+    assert "history" not in new.manifest  # nothing on disk had changed
     p = run_main(["-m", "hpcio.datagen", "info", "--verify", ds.root])
     assert p.returncode == 0, p.stderr
     assert "64 records' CRC32C" in p.stdout and "note:" not in p.stderr
+
+
+def _read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _strip(ds, contract):
+    """The index without its CRC column and the manifest without the index's sha256
+    (and, with ``contract=None``, without its contract: a dataset made before CRCs)."""
+    ds.index.crc = None
+    ds.index.save(os.path.join(ds.root, INDEX))
+    mpath = os.path.join(ds.root, MANIFEST)
+    with open(mpath) as f:
+        m = json.load(f)
+    del m["index_sha256"]
+    if contract is None:
+        del m["contract"]
+    else:
+        m["contract"] = contract
+    with open(mpath, "w") as f:
+        json.dump(m, f)
+    return mpath
+
+
+@pytest.mark.hostile
+def test_stripped_checksums_are_not_an_old_dataset(tmp_path, base):
+    ds = copy(base["packed"], tmp_path / "d")
+    mpath = _strip(ds, 2)
+    with pytest.raises(HpcioError, match=r"index.npz: no record checksums, but the "
+                                         r"manifest's contract \(2\) says"):
+        open_dataset(ds.root)
+    m = json.loads(_read(mpath))
+    m["index_sha256"] = "0" * 64
+    _write(mpath, json.dumps(m))
+    with pytest.raises(HpcioError, match="its sha256 is not the one in the manifest"):
+        open_dataset(ds.root)
+    del m["index_sha256"]
+    m["contract"] = 3
+    _write(mpath, json.dumps(m))
+    p = run_main(["-m", "hpcio.datagen", "info", ds.root])
+    assert one_line(p, "hpcio.datagen") == (f"hpcio.datagen: error: {mpath}: field "
+                                            f"'contract' is 3, not 1 or 2 (made by a newer "
+                                            f"hpcio?)")
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("fmt", ["packed", "lmdb"])
+def test_update_never_blesses_changed_bytes(tmp_path, base, fmt):
+    """The user who has just seen a CRC error runs ``index --update``: refused, naming
+    the shard and record, unless ``--accept-changed``; then recorded in the history."""
+    ds = copy(base[fmt], tmp_path / "d")
+    i = 37
+    path = _replace_record(ds, i)
+    before = _read(os.path.join(ds.root, INDEX), "rb")
+    update = ["-m", "hpcio.datagen", "index", "--update", ds.root]
+    p = run_main(update)
+    msg = one_line(p, "hpcio.datagen")
+    assert msg.startswith(f"hpcio.datagen: error: {path}: record {i} at byte ") and \
+        msg.endswith("refused (pass --accept-changed if the change is wanted)"), msg
+    assert _read(os.path.join(ds.root, INDEX), "rb") == before
+    with make_reader("memory", open_dataset(ds.root)) as r, pytest.raises(
+            HpcioError, match=f"record {i} at byte"):
+        list(r.epoch(make_plan(ds.records, 1, 0, 8, shuffle="none")))
+    p = run_main(["-m", "hpcio.datagen", "index", ds.root, "--accept-changed"])
+    assert one_line(p, "hpcio.datagen").endswith("--accept-changed goes with --update")
+    assert run_main(update + ["--accept-changed"]).returncode == 0
+    new = open_dataset(ds.root)
+    (h,) = new.manifest["history"]
+    assert h["what"] == "index --update --accept-changed" and h["by"].startswith("hpcio ")
+    assert [(c["shard"], c["records"]) for c in h["changed"]] == \
+        [(new.manifest["shards"][1]["path"], 1)]
+    assert h["changed"][0].get("was") in (None, base[fmt].manifest["shards"][1]["sha256"])
+    new.verify_checksums()  # the shard's new sha256 recorded too
+    assert np.flatnonzero(new.index.crc != base[fmt].index.crc).tolist() == [i]
+
+
+@pytest.mark.hostile
+def test_update_of_an_old_dataset_compares_the_shards_sha256(tmp_path, base):
+    ds = copy(base["lmdb"], tmp_path / "d")
+    _strip(ds, None)
+    path = _replace_record(ds, 3)
+    p = run_main(["-m", "hpcio.datagen", "index", "--update", ds.root])
+    msg = one_line(p, "hpcio.datagen")
+    shard = os.path.dirname(path)  # an LMDB shard is its directory
+    assert msg.startswith(f"hpcio.datagen: error: {shard}: its bytes changed since it was "
+                          f"written") and "--accept-changed" in msg, msg
+    assert open_dataset(ds.root).index.crc is None  # nothing written

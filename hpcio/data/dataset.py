@@ -12,6 +12,9 @@ Every format writes, into its dataset directory,
 The manifest holds the index's own sha256 (``index_sha256``): an index edited after it was
 written (offsets swapped, shifted, shortened) is refused on open, before any read; the
 CRCs catch data that changed under an intact index, record by record, on delivery.
+The manifest's ``contract`` says which of these it promises (:data:`CONTRACT`): a
+dataset made before CRCs has none (version 1); one that says 2 and lacks either is
+refused, so stripping them never turns a dataset into an "old" one.
 
 The index is what the coordinated reader reads instead of the format's library: a record is
 the ``length`` bytes at ``offset`` of its file, whatever the format. Except where a shard's
@@ -35,13 +38,16 @@ from ..mpiutil import bcast_array, raise_everywhere, rank_size
 from .checksum import crc32c, range_crcs
 
 __all__ = ["MANIFEST", "INDEX", "KIND", "RecordIndex", "Dataset", "open_dataset",
-           "sha256_file", "is_dataset", "compressed_records", "record_crcs_of",
-           "NO_CRC"]
+           "sha256_file", "shard_sha256", "is_dataset", "compressed_records", "record_crcs_of",
+           "NO_CRC", "CONTRACT"]
 
 MANIFEST = "hpcio.json"
 INDEX = "index.npz"
 KIND = "hpcio-dataset"
 ARRAYS = ("file", "offset", "length", "label", "files", "file_bytes")
+#: the dataset contract's version: 2 = record CRC32Cs in the index and the index's sha256
+#: in the manifest (a manifest without ``contract`` is 1: made before hpcio recorded them)
+CONTRACT = 2
 #: the note for an index without record CRCs (``{root}``: the dataset directory)
 NO_CRC = ("note: {root}: its index has no record checksums (made before hpcio recorded "
           "them): records are checked by size only; add them with 'python -m "
@@ -232,7 +238,10 @@ class Dataset:
                              f"{int(want[i]):08x}; {len(bad)} records differ)")
 
     def save(self):
+        if self.index.crc is None:
+            raise HpcioError(f"{self.root}: an index is saved with its record CRCs")
         self.manifest["records"] = len(self.index)
+        self.manifest["contract"] = CONTRACT
         self.manifest["index_sha256"] = self.index.save(os.path.join(self.root, INDEX))
         atomic_json(os.path.join(self.root, MANIFEST), self.manifest)
 
@@ -306,6 +315,25 @@ def check_manifest(mpath, manifest):
                              f"not {what}")
 
 
+def check_contract(mpath, manifest, index):
+    """Refuse a manifest whose ``contract`` promises record CRCs and the index's sha256
+    where either is missing (stripped, not old), or a contract newer than this hpcio's."""
+    v = manifest.get("contract", 1)
+    if not _is_int(v) or not 1 <= v <= CONTRACT:
+        raise HpcioError(f"{mpath}: field 'contract' is {json.dumps(v)[:40]}, not 1 or "
+                         f"{CONTRACT}" + (" (made by a newer hpcio?)" if _is_int(v) and
+                                          v > CONTRACT else ""))
+    if v < 2:
+        return
+    if index.crc is None:
+        raise HpcioError(f"{os.path.join(os.path.dirname(mpath), manifest.get('index', INDEX))}"
+                         f": no record checksums, but the manifest's contract ({v}) says "
+                         f"they were recorded (the index was replaced)")
+    if not manifest.get("index_sha256"):
+        raise HpcioError(f"{mpath}: field 'index_sha256' missing, but its contract ({v}) "
+                         f"says the index's sha256 was recorded (the manifest was edited)")
+
+
 def _load(root, check):
     mpath = os.path.join(root, MANIFEST)
     try:
@@ -324,6 +352,7 @@ def _load(root, check):
     check_manifest(mpath, manifest)
     index = RecordIndex.load(os.path.join(root, manifest.get("index", INDEX)),
                              manifest.get("index_sha256"))
+    check_contract(mpath, manifest, index)
     if manifest.get("records") != len(index):
         raise HpcioError(f"{root}: manifest says {manifest.get('records')} records, the "
                          f"index has {len(index)}")

@@ -190,7 +190,11 @@ def build_parser():
     x.add_argument("--update", action="store_true",
                    help="PATH is an hpcio dataset indexed before hpcio recorded record "
                         "checksums: add them (reads every record once) and the index's "
-                        "sha256 to it")
+                        "sha256 to it; bytes that changed since they were recorded are "
+                        "refused")
+    x.add_argument("--accept-changed", action="store_true",
+                   help="with --update: the change on disk is wanted; record its CRCs "
+                        "and sha256, and the change in the manifest's history")
 
     f = sub.add_parser("info", formatter_class=ExamplesFormatter, help="print a dataset's summary",
                        description="Print a dataset's summary from its manifest and index.")
@@ -260,8 +264,10 @@ def _cmd_import(a, comm):
 
 
 def _cmd_index(a, comm):
+    if a.accept_changed and not a.update:
+        raise HpcioError("--accept-changed goes with --update", everywhere=True)
     if a.update:
-        ds = on_root(comm, lambda: importers.update_index(a.path))
+        ds = on_root(comm, lambda: importers.update_index(a.path, a.accept_changed))
     else:
         ds = on_root(comm, lambda: importers.index_path(a.path, out=a.out, images=a.images,
                                                        labels=a.labels, force=a.force))

@@ -13,12 +13,14 @@ import gzip
 import io
 import os
 import pickle
+import time
 
 import numpy as np
 
 from ..data import pictures
+from .. import __version__
 from ..data.dataset import INDEX, MANIFEST, Dataset, compressed_records, is_dataset, \
-    open_dataset, record_crcs_of
+    open_dataset, record_crcs_of, shard_sha256
 from ..errors import HpcioError, lookup
 from ..formats import detect, open_native
 from ..formats.base import Block, write_error
@@ -241,10 +243,58 @@ def index_path(path, out=None, images=None, labels=None, force=False):
     return ds
 
 
-def update_index(root):
+def update_index(root, accept_changed=False):
     """Add the record CRCs (reading every record once) and the index's sha256 to the
-    dataset in ``root`` (one indexed before hpcio recorded them); returns it."""
+    dataset in ``root`` (one indexed before hpcio recorded them); returns it.
+
+    The bytes on disk are compared first with what the dataset recorded (its records'
+    CRCs, its shards' sha256): a change is refused, since the user who has just seen a
+    CRC error is the one most likely to run this, unless ``accept_changed`` says it is
+    wanted; then it is written in the manifest's ``history``."""
     ds = open_dataset(root)
-    ds.index.crc = record_crcs_of(ds, open_native)
+    got = record_crcs_of(ds, open_native)
+    changes = _changes(ds, got)
+    if changes and not accept_changed:
+        n = sum(c["records"] for c in changes)
+        more = (f"; {n} records" if n > 1 else "") + (
+            f" in {len(changes)} shards" if len(changes) > 1 else "")
+        raise HpcioError(f"{changes[0]['why']}{more}: refused (pass --accept-changed if "
+                         f"the change is wanted)")
+    for c in changes:
+        c.pop("why")
+        if c["sha256"]:
+            c["was"] = c["shard"]["sha256"]
+            c["shard"]["sha256"] = c["sha256"]
+        c["shard"] = c["shard"]["path"]
+    if changes:
+        ds.manifest.setdefault("history", []).append(
+            {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "by": f"hpcio {__version__}",
+             "what": "index --update --accept-changed", "changed": changes})
+    ds.index.crc = got
     ds.save()
     return ds
+
+
+def _changes(ds, got):
+    """What changed on disk since ``ds`` was written or indexed, per shard: records whose
+    CRCs ``got`` are not the ones recorded, bytes whose sha256 is not the manifest's."""
+    out, want, idx = [], ds.index.crc, ds.index
+    for shard in ds.manifest.get("shards", []):
+        lo, hi = shard["records"]
+        bad = np.flatnonzero(got[lo:hi] != want[lo:hi]) + lo if want is not None else []
+        sha = shard.get("sha256") and shard_sha256(ds, shard)
+        sha = sha if sha and sha != shard["sha256"] else None
+        if not len(bad) and not sha:
+            continue
+        if len(bad):
+            i = int(bad[0])
+            why = (f"{ds.path(idx.file[i])}: record {i} at byte {int(idx.offset[i])} changed "
+                   f"since it was indexed (CRC32C {int(got[i]):08x}, the index says "
+                   f"{int(want[i]):08x})")
+        else:
+            why = (f"{os.path.join(ds.root, shard['path'])}: its bytes changed since it was "
+                   f"written (sha256 {sha[:12]}..., the manifest says "
+                   f"{shard['sha256'][:12]}...)")
+        out.append({"why": why, "shard": shard, "records": int(len(bad)),
+                    "sha256": sha})
+    return out
