@@ -51,6 +51,8 @@ Where things live (one home per concern)::
                 predict.py: the validation, templates, points, accelerators supported;
                 its prediction written and read by explain/prediction.py
     mapfault.py  a fault in a mapped shard turned into a line naming the shard
+    outputs.py  where a command may write: never into a run, sweep or dataset directory,
+                never over a file hpcio did not write (each command recognises its own)
     cli.py, errors.py, fsutil.py, progress.py    argument types, the command table and
                 the options commands share, one-line errors, atomic files, progress on
                 rank 0 (a bar on a terminal, plain lines in a log)
@@ -64,8 +66,8 @@ command's parser whose option it was), and its line in ``cli.COMMANDS``.
 
 The layers, lowest first (a package imports only from those below it; no private name
 crosses modules; tests/test_layering.py checks both): errors; fsutil, mpiutil, plan,
-progress; data, measure, cache, workloads; formats, explain; readers; cli; train; the other
-commands (the sweep reads its train options with train's own parser); __main__.
+progress; data, measure, cache, workloads; formats, explain; readers; cli, outputs; train;
+the other commands (the sweep reads its train options with train's own parser); __main__.
 
 Imports are deferred into functions only for a heavy library, each with its reason in a
 comment: mpi4py (importing it initialises MPI), torch (seconds; the training modules'

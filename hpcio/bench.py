@@ -58,6 +58,7 @@ from .fsutil import aligned_empty, atomic_json, fs_type
 from .measure import probes
 from .measure.probes import block_device, disk_read_bytes, loadavg, read_ahead_kb
 from .mpiutil import idle_barrier, on_root
+from .outputs import claim_file
 from .plan import SHUFFLES, make_plan
 from .progress import Progress
 from .readers import check_dataset, make_reader
@@ -275,6 +276,7 @@ def claim_out(path, force=False):
     made, so a benchmark of an hour does not end on an unwritable or clobbered file."""
     if os.path.isdir(path):
         raise HpcioError(f"--out {path} is a directory: give the JSON file to write")
+    claim_file(path, "--out", lambda p: False, True)  # never in a run's or dataset's
     if os.path.lexists(path) and not force:
         raise HpcioError(f"--out {path} exists (--force replaces it)")
     d = os.path.dirname(os.path.abspath(path))

@@ -27,11 +27,12 @@ import re
 import sys
 
 from .measure import schema
-from .explain.export import AU_THRESHOLD, export_rows, output_format, write_rows
+from .explain.export import AU_THRESHOLD, export_rows, is_export, output_format, write_rows
 from .explain.runs import expand
 from .explain.summary import au_threshold_percent, run_summary
 from .cli import ArgumentParser, au_percent
 from .errors import HpcioError, guard
+from .outputs import claim_file
 from .measure.rundir import RunDir
 from .measure.steps import COMPONENTS, SINCE_EXCHANGE, rank_summary
 
@@ -207,16 +208,21 @@ def build_parser():
                    help="the AU a run must reach (MLPerf Storage: 90 for 3D U-Net and "
                         "ResNet-50, 70 for CosmoFlow; default: each run's own, from its "
                         f"workload, else {AU_THRESHOLD:g})")
+    e.add_argument("--force", action="store_true",
+                   help="replace an existing FILE that is not an earlier export")
     return p
 
 
-def export(paths, output, threshold=None):
+def export(paths, output, threshold=None, force=False):
     """Write the rows of every run under ``paths`` into ``output``; returns (rows,
-    problems). A path that holds no run is an error, before anything is written."""
+    problems). A path that holds no run is an error, before anything is written, and so
+    is an ``output`` in a run's or dataset's directory or one hpcio did not write (unless
+    ``force``: :func:`hpcio.outputs.claim_file`)."""
     output_format(output)
     dirs, bad, _ = expand(paths)
     if bad:
         raise HpcioError(bad[0] + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
+    claim_file(output, "-o", is_export, force)
     seen = list(dict.fromkeys(d for d, _ in dirs))
     if not seen:
         raise HpcioError(f"{' '.join(paths)}: no finished run to export")
@@ -228,7 +234,7 @@ def export(paths, output, threshold=None):
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command == "export":
-        rows, problems = export(args.runs, args.output, args.au_threshold)
+        rows, problems = export(args.runs, args.output, args.au_threshold, args.force)
         print(f"hpcio.results: {len(rows)} run(s) written to {args.output}")
         for p in problems:
             print(f"hpcio.results: {p}", file=sys.stderr)

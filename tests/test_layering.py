@@ -19,7 +19,7 @@ LAYERS = [
     {"cache", "data", "measure", "workloads"},
     {"formats", "explain"},
     {"readers"},
-    {"cli"},
+    {"cli", "outputs"},
     {"train"},
     {"datagen", "simulate", "bench", "sweep", "demo", "analyze", "results"},
     {"__main__"},

@@ -327,9 +327,14 @@ def test_export_replaces_its_output_whole_or_not_at_all(tmp_path, finished):
     p = run_main(EXPORT + [run, tmp_path / "nowhere", "-o", out])  # one bad RUNS: nothing
     assert "no such directory" in _one_line(p, "hpcio.results")
     assert out.read_text() == "the user's\n"
-    p = run_main(EXPORT + [run, "-o", out])
-    assert p.returncode == 0, p.stderr
-    assert out.read_text().startswith("run_dir,benchmark_type,model,workload,workload_hash,")
+    p = run_main(EXPORT + [run, "-o", out])  # a file hpcio did not write: never replaced
+    assert _one_line(p, "hpcio.results").endswith(f"-o {out}: exists and hpcio did not "
+                                                   f"write it (--force replaces it)")
+    assert out.read_text() == "the user's\n"
+    for force in (["--force"], []):  # then its own export is replaced without --force
+        p = run_main(EXPORT + [run, "-o", out] + force)
+        assert p.returncode == 0, p.stderr
+        assert out.read_text().startswith("run_dir,benchmark_type,model,workload,")
     assert sorted(os.listdir(tmp_path)) == ["results.csv", "run"]  # no temporary left
 
 

@@ -164,6 +164,19 @@ def build_parser():
                         "unchanged (default: keep for folder, png for mnist/cifar10)")
     _add_output(i)
 
+    _add_index(sub)
+
+    f = sub.add_parser("info", formatter_class=ExamplesFormatter, help="print a dataset's summary",
+                       description="Print a dataset's summary from its manifest and index.")
+    f.add_argument("path", help="dataset directory")
+    f.add_argument("--verify", action="store_true",
+                   help="also check every shard's sha256 and every record's CRC32C "
+                        "(reads all data)")
+    return ap
+
+
+def _add_index(sub):
+    """The ``index`` command's parser (an index of data made elsewhere)."""
     x = sub.add_parser("index", formatter_class=ExamplesFormatter, help="index a dataset made elsewhere (LMDB, LevelDB, HDF5, "
                                      "npz, TFRecord, image folder) without touching its "
                                      "data",
@@ -195,14 +208,6 @@ def build_parser():
     x.add_argument("--accept-changed", action="store_true",
                    help="with --update: the change on disk is wanted; record its CRCs "
                         "and sha256, and the change in the manifest's history")
-
-    f = sub.add_parser("info", formatter_class=ExamplesFormatter, help="print a dataset's summary",
-                       description="Print a dataset's summary from its manifest and index.")
-    f.add_argument("path", help="dataset directory")
-    f.add_argument("--verify", action="store_true",
-                   help="also check every shard's sha256 and every record's CRC32C "
-                        "(reads all data)")
-    return ap
 
 
 def _progress_default(flag):

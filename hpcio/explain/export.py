@@ -30,7 +30,7 @@ from ..measure import schema
 from ..measure.rundir import RunDir
 
 __all__ = ["COLUMNS", "RULES", "AU_THRESHOLD", "REPEATS", "run_row", "export_rows",
-           "write_rows", "output_format", "csv_cell", "from_csv", "FORMATS"]
+           "write_rows", "output_format", "csv_cell", "from_csv", "FORMATS", "is_export"]
 
 AU_THRESHOLD = 90.0  # % (MLPerf Storage: 3D U-Net and ResNet-50 90, CosmoFlow 70)
 REPEATS = 6  # a warm-up run + 5 measured runs (guidelines 6.6, 3: "benchmark result")
@@ -274,6 +274,18 @@ def output_format(path):
         raise HpcioError(f"-o {path}: unknown extension {ext or '(none)'!r}; give "
                          f"{' or '.join(FORMATS)}")
     return FORMATS[ext]
+
+
+def is_export(path):
+    """Whether ``path`` holds rows this module wrote (its JSON list or CSV header), read
+    from the file's first bytes: an earlier export may be replaced, nothing else."""
+    with open(path, "rb") as f:
+        head = f.read(4096).decode()
+    if output_format(path) is _csv:
+        return head.split("\n", 1)[0] == ",".join(NAMES)
+    body = head.lstrip()
+    return body.startswith("[") and (body[1:].lstrip().startswith("]") or
+                                     body[1:].lstrip().startswith('{\n    "run_dir"'))
 
 
 def write_rows(rows, path):

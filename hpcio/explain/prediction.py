@@ -23,7 +23,8 @@ from ..measure.schema import Invalid
 from .tables import Table
 
 __all__ = ["Prediction", "write_prediction", "load_prediction", "prediction_table",
-           "validation_text", "short_validation", "headline", "FILES", "STALL_DEFINITION"]
+           "validation_text", "short_validation", "headline", "FILES", "STALL_DEFINITION",
+           "is_prediction"]
 
 # kind (its schema in measure.schema) -> file name
 FILES = {"prediction": "prediction.json", "validation": "validation.json"}
@@ -59,6 +60,11 @@ def write_prediction(path, platform, fit, points, supported, simulated_back, hel
         "accelerators_supported": supported, "points": points})
     atomic_json(os.path.join(path, FILES["validation"]),
                 {"simulated_back": simulated_back, "held_out": held_out})
+
+
+def is_prediction(path, kind):
+    """Whether file ``path`` is a ``kind`` file (:data:`FILES`) of an earlier prediction."""
+    return not schema.load(path, kind)[1]
 
 
 def load_prediction(path):

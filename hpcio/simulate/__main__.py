@@ -7,10 +7,11 @@ import sys
 
 from ..cli import ArgumentParser, add_renamed, au_percent
 from ..errors import HpcioError, guard
-from ..explain.prediction import FILES, write_prediction
+from ..explain.prediction import FILES, is_prediction, write_prediction
+from ..outputs import claim_dir, claim_file
 from ..plan import SHUFFLES
 from .calibrate import Fit, calibrate
-from .calibration import load_readers, write_calibration
+from .calibration import is_calibration, load_readers, write_calibration
 from .engine import AGGREGATE_ABOVE
 from .platform import load_platform, platform_dict
 from .predict import (check_scale, fit_line, held_out, simulate_points, templates,
@@ -41,6 +42,8 @@ def _print_rows(title, rows):
 
 
 def _calibrate(args):
+    if args.output:
+        claim_file(args.output, "-o", is_calibration, args.force)
     platform = load_platform(args.platform)
     fit = calibrate(workloads(args.runs), platform)
     print(fit_line(fit))
@@ -116,6 +119,8 @@ def _print_points(platform, points, supported, threshold):
 
 
 def _predict(args):
+    claim_dir(args.output, "-o", {name: lambda f, kind=kind: is_prediction(f, kind)
+                                  for kind, name in FILES.items()}, args.force)
     platform = load_platform(args.platform)
     ws = workloads(args.runs)
     check_scale(ws, platform, args.ranks, args.records, args.scale_out)
@@ -146,6 +151,8 @@ def build_parser():
                    help="run directories, sweep directories, or directories of runs")
     c.add_argument("--platform", required=True, help="platform YAML the runs ran on")
     c.add_argument("-o", "--output", help="write the fitted platform YAML here")
+    c.add_argument("--force", action="store_true",
+                   help="replace an existing -o file that is not an earlier calibration")
     c.set_defaults(func=_calibrate)
     p = sub.add_parser("predict", help="calibrate on runs, validate, predict at --ranks")
     p.add_argument("--platform", required=True, help="platform YAML")
@@ -168,7 +175,11 @@ def build_parser():
                         "resnet50 and unet3d, 70 for cosmoflow)")
     p.add_argument("--scale-out", action="store_true",
                    help="add nodes of the platform's kind for rank counts it cannot hold")
-    p.add_argument("-o", "--output", required=True, metavar="DIR")
+    p.add_argument("-o", "--output", required=True, metavar="DIR",
+                   help="directory for prediction.json and validation.json (an earlier "
+                        "prediction's are replaced)")
+    p.add_argument("--force", action="store_true",
+                   help="replace files of those names in DIR that are not a prediction's")
     p.set_defaults(func=_predict)
     return ap
 

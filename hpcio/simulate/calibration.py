@@ -10,7 +10,7 @@ from ..errors import HpcioError
 from ..fsutil import atomic_write
 from .platform import platform_dict
 
-__all__ = ["write_calibration", "load_readers"]
+__all__ = ["write_calibration", "load_readers", "is_calibration"]
 
 
 def write_calibration(path, fit, runs):
@@ -23,6 +23,15 @@ def write_calibration(path, fit, runs):
         for r, v in fit.params.items()}, calibrated_on=[os.path.abspath(d) for d in runs])
     data = yaml.safe_dump(d, sort_keys=False).encode()
     atomic_write(path, lambda f: f.write(data))
+
+
+def is_calibration(path):
+    """Whether ``path`` holds what :func:`write_calibration` writes (readers' costs and
+    the runs they were fitted on): an earlier calibration may be replaced."""
+    with open(path) as f:
+        d = yaml.safe_load(f)
+    return isinstance(d, dict) and isinstance(d.get("readers"), dict) and \
+        "calibrated_on" in d
 
 
 def load_readers(path):

@@ -8,6 +8,7 @@ from dataclasses import replace
 from ..errors import HpcioError
 from ..explain.accelerators import bracket
 from ..explain.runs import expand
+from ..measure import probes
 from .calibrate import calibrate, errors_of, run_cases
 from .engine import Case
 from .workload import median_of_repeats, workload_from_run
@@ -88,8 +89,23 @@ def templates(ws, variants):
     return first
 
 
+#: bytes the simulation holds per record of the dataset: the epoch's sample order (int64)
+#: and the permutation it is drawn from
+ORDER_BYTES = 16
+
+
 def check_scale(ws, platform, ranks, records, scale_out):
-    """Refuse, in one line, rank counts the platform or the dataset cannot hold."""
+    """Refuse, in one line, rank counts the platform or the dataset cannot hold, and a
+    ``--records`` whose sample order cannot fit in this node's memory (before the
+    calibration's minutes, not after them as a MemoryError)."""
+    if records is not None:
+        avail = probes.mem_available()
+        if records < 1:
+            raise HpcioError(f"--records {records}: must be at least 1")
+        if avail is not None and records * ORDER_BYTES > avail:
+            raise HpcioError(f"--records {records:,}: the simulation's sample order needs "
+                             f"{records * ORDER_BYTES / 2**30:,.1f} GiB, more than the "
+                             f"{avail / 2**30:.1f} GiB of memory available here")
     top = max(ranks)
     if top > platform.max_ranks and not scale_out:
         raise HpcioError(f"{top} ranks are more than {platform.name}'s {platform.nodes} nodes x "
