@@ -86,6 +86,42 @@ def test_a_rank_stopped_before_finalize_ends_the_job_with_one_line(tmp_path, dat
         assert json.load(f)["cut_short"] is False
 
 
+def _stopped(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_after_the_summary_keeps_the_run_done(tmp_path, data, signum):
+    """The job signalled between its summary and MPI_Finalize (rank 1 held there, stopped,
+    so the signal lands in that window every time): the run stays complete with the
+    signal noted, every rank exits 128 + it, one hpcio line, and a sweep counts it done."""
+    out = tmp_path / "run"
+    with Job(2, ["--data", data.root, "--model", "emulate", "--compute-time", "0.001",
+                 "--batch", "4", "--epochs", "1", "--out", out, "--progress", "off"],
+             env={"HPCIO_FAULT": "1:finalize"}) as job:
+        pids = job.ranks(2)
+        deadline = time.monotonic() + 90
+        while not _stopped(pids[1]):
+            assert time.monotonic() < deadline and job.p.poll() is None, job.finish()
+            time.sleep(0.05)
+        os.killpg(job.p.pid, signum)  # the whole job, as a terminal or scheduler does
+        time.sleep(0.5)  # rank 0 in MPI_Finalize meanwhile
+        os.kill(pids[1], signal.SIGCONT)
+        rc = job.finish(timeout=60)
+    assert rc == 128 + signum, f"{rc}\n{job.stdout}\n{job.stderr}"
+    with open(out / "summary.json") as f:
+        s = json.load(f)
+    assert s["cut_short"] is False and s["signal_after_summary"] == signum.name
+    assert error_lines(job.stderr) == [
+        f"hpcio.train: {signum.name} after the run was complete and its results written "
+        f"(exit {128 + signum}); {out} holds them"], job.stderr
+    status, details = outcome(rc, str(out), job.stderr)
+    assert status == "done" and details["signal"] == signum.name
+    assert details["figures"]["au_percent"] == s["metrics"]["au_percent"]
+
+
 # ---- hpcio.sweep ---------------------------------------------------------------------------
 
 def _sweep_args(data, out):

@@ -285,6 +285,7 @@ PROVENANCE = Obj({
 })
 SUMMARY = Obj({
     "source": Str, "cut_short": Bool, "signal": Opt(Scalar), "steps_per_epoch": Opt(Int()),
+    "signal_after_summary": Opt(Str),
     "ranks": Int(1, MAX_RANKS), "nodes": Opt(Int(1)), "batch": Opt(Int(1)),
     "epochs_run": Opt(Int()), "epochs_requested": Opt(Int()),
     "metrics": Opt(Obj({  # what hpcio.results export reads

@@ -51,14 +51,16 @@ def _signalled(returncode):
 
 
 def outcome(returncode, run_dir, stderr):
-    """(status, details) of a finished run: ``done`` only for exit 0 with a complete
-    summary; ``cut_short`` for a run a signal stopped after writing what it measured;
+    """(status, details) of a finished run: ``done`` for exit 0 with a complete summary,
+    and for a complete summary with the exit of a signal that came after it (the signal
+    noted); ``cut_short`` for a run a signal stopped after writing what it measured;
     ``interrupted`` for one a signal ended before it wrote a summary; ``failed`` else."""
     summary = _summary(run_dir)
     cut = bool(summary and summary.get("cut_short"))
-    if returncode == 0 and summary is not None and not cut:
-        return "done", {"figures": figures(summary)}
     sig = _signalled(returncode)
+    if summary is not None and not cut and (returncode == 0 or sig is not None):
+        late = {"signal": summary.get("signal_after_summary") or sig.name} if sig else {}
+        return "done", {"figures": figures(summary), **late}
     if cut or (sig is not None and summary is not None):
         name = (summary or {}).get("signal_name") or (sig.name if sig else None)
         return "cut_short", {"signal": name, "error": error_line(stderr),

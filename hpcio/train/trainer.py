@@ -19,7 +19,9 @@ a rank makes no progress for ``--stall-timeout`` seconds.
 
 A run cut short by a signal exits with 128 + the signal's number on every rank (SIGTERM
 143, Ctrl-C 130, as a shell reports it), after writing everything with ``cut_short`` and
-the signal; a complete run exits 0. The watchdog stays on through ``MPI_Finalize``.
+the signal; a complete run exits 0. The watchdog stays on through ``MPI_Finalize``, and
+so do the signal handlers: a signal after the summary is written leaves the run complete,
+the signal noted (``signal_after_summary``), and exits 128 + it with one line.
 
 Test hook: ``HPCIO_FAULT=<rank>:<step>`` raises an exception on that rank at the start of
 that (0-based, counted over the whole run) step, to check that a failure on one rank ends
@@ -48,6 +50,7 @@ from ..measure.provenance import provenance
 from ..measure.rundir import (Flusher, RunDir, capture_env, check_space, default_name,
                                gather_hosts, results_bytes)
 from ..measure.sampler import Sampler
+from ..measure.schema import Invalid
 from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
 from ..measure.trace import TraceWriter
 from ..mpiutil import finalize, idle_barrier, on_root
@@ -610,7 +613,6 @@ def write_results(run, t):
         signum = None
     wd.mark(WAIT_SUMMARY)
     signum = world.comm.bcast(signum, root=0) if world.size > 1 else signum
-    t.stop.restore()
     return signal_exit(signum) if t.cut else 0
 
 
@@ -630,8 +632,30 @@ def main(argv=None):
         darshan.reexec_traced(args.darshan, darshan.shared_config(
             darshan.dataset_files(args.data)), dxt=args.darshan_dxt)
     run = setup(args)
-    code = write_results(run, train(run))
-    _finalize(run)
+    t = train(run)
+    code = write_results(run, t)
+    _finalize(run)  # signals stay handled (a flag) until MPI_Finalize returns
+    t.stop.restore()
+    return code or _signal_after_summary(run, t.stop.signum)
+
+
+def _signal_after_summary(run, signum):
+    """A signal that came once the run was complete (its summary written, not cut short):
+    the run stays done, with the signal noted in its summary (rank 0's), and this rank
+    exits 128 + the signal, as it would for any signal; rank 0 says so in one line."""
+    if signum is None:
+        return 0
+    code = signal_exit(signum)
+    if run.world.rank == 0:
+        try:
+            summary, _ = run.out.summary()
+            summary["signal_after_summary"] = signal_name(signum)
+            run.out.json(run.out.SUMMARY, summary)
+        except (OSError, Invalid):
+            pass  # the summary as written stands
+        print(f"hpcio.train: {signal_name(signum)} after the run was complete and its "
+              f"results written (exit {code}); {run.out.path} holds them", file=sys.stderr,
+              flush=True)
     return code
 
 
