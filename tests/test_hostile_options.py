@@ -241,3 +241,44 @@ def test_naive_lmdb_shard_truncated_while_training(tmp_path, data):
     msg = f"{shard}: {want // 2} bytes, expected {want}: the file shrank during the run"
     assert lines and all(re.fullmatch(rf"hpcio.train: error(?: \(rank \d\))?: "
                                       rf"{re.escape(msg)}", ln) for ln in lines), stderr
+
+
+# ---- lines that name the file, member, option or record -------------------------------------
+def test_lmdb_values_that_start_like_png_but_are_not(tmp_path):
+    import lmdb
+    db = tmp_path / "db"
+    with lmdb.open(str(db), map_size=1 << 20) as env, env.begin(write=True) as txn:
+        for i in range(4):
+            txn.put(b"%08d" % i, b"\x89PNG\r\n\x1a\n" + bytes(100))
+    p = run_main(["-m", "hpcio.datagen", "index", db])
+    assert one_line(p, "hpcio.datagen") == (
+        f"{db}: its first value: starts like PNG but is not a readable image (not a "
+        f"picture PIL reads)")
+
+
+def test_npz_labels_that_are_strings(tmp_path):
+    import numpy as np
+    f = tmp_path / "d.npz"
+    np.savez(f, x=np.zeros((4, 8, 8), np.uint8), y=np.array(["a", "b", "c", "d"]))
+    p = run_main(["-m", "hpcio.datagen", "index", f])
+    assert one_line(p, "hpcio.datagen") == (
+        f"{f}: member y holds str32 values, not integer class labels (--labels names "
+        f"another member)")
+
+
+def test_trace_dir_that_is_a_file(tmp_path):
+    f = tmp_path / "t"
+    f.write_text("mine")
+    p = run_main(T + ["--trace", "--trace-dir", f], cwd=tmp_path)
+    assert one_line(p, "hpcio.train") == f"--trace-dir {f}: exists and is not a directory"
+
+
+def test_simulate_records_bound_before_calibration(tmp_path):
+    from common.fixtures import RUNS
+    p = run_main(["-m", "hpcio.simulate", "predict", "--platform",
+                  os.path.join(HERE, "..", "platforms", "testbed.yaml"), "--from",
+                  os.path.join(RUNS, "local-inet-lmdb-naive-n2"), "--ranks", "1,2",
+                  "--records", "100000000000000000", "-o", tmp_path / "p"])
+    msg = one_line(p, "hpcio.simulate", "--records 100,000,000,000,000,000: the "
+                                        "simulation's sample order needs")
+    assert "GiB of memory available here" in msg and not (tmp_path / "p").exists()

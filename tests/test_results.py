@@ -131,10 +131,19 @@ def test_checkpoint_directory_claim(tmp_path):
         claim_checkpoint_dir(str(theirs))
     assert os.listdir(theirs) == [CHECKPOINT]
     new = tmp_path / "a" / "new"
-    claim_checkpoint_dir(str(new))
+    claim_checkpoint_dir(str(new), "/runs/1")
     (new / CHECKPOINT).write_bytes(b"hpcio's")
-    claim_checkpoint_dir(str(new))  # hpcio's own: used again
+    claim_checkpoint_dir(str(new), "/runs/1")  # the same run's: used again
+    with pytest.raises(HpcioError, match=r"holds the checkpoint of run /runs/1, which this "
+                                         r"run would replace \(give a new directory, or "
+                                         r"--force\)"):
+        claim_checkpoint_dir(str(new), "/runs/2")
+    claim_checkpoint_dir(str(new), "/runs/2", force=True)
+    assert (new / MARKER).read_text() == "/runs/2\n"
     assert sorted(os.listdir(new)) == sorted([MARKER, CHECKPOINT])
+    (new / MARKER).write_text("")  # marked by an hpcio that did not say whose
+    with pytest.raises(HpcioError, match="holds the checkpoint of an earlier run"):
+        claim_checkpoint_dir(str(new), "/runs/3")
 
 
 def _until(cond, timeout=10):
@@ -213,14 +222,20 @@ def test_checkpoint_dir_of_the_user_is_never_replaced(tmp_path, ds):
     line = _one_line(p)
     assert f"--checkpoint-dir {theirs}: holds files hpcio did not write" in line
     assert _state(theirs) == before and not out.exists()  # refused before anything
-    # an empty directory is used and marked; next time hpcio's own is used again
+    # an empty directory is used and marked with its run; another run's checkpoint there
+    # is refused, and replaced with --force
     empty = tmp_path / "empty"
     empty.mkdir()
-    for run in ("run2", "run3"):
-        p = run_mpi(2, TRAIN + _emulate(ds, tmp_path / run, "--steps", 2,
-                                        "--checkpoint-every", 1, "--checkpoint-dir", empty))
+    for run, force in (("run2", []), ("run3", []), ("run3", ["--force"])):
+        p = run_mpi(2, TRAIN + _emulate(ds, tmp_path / run, "--steps", 2, "--checkpoint-every",
+                                        1, "--checkpoint-dir", empty, *force))
+        if run == "run3" and not force:
+            assert f"holds the checkpoint of run {tmp_path / 'run2'}" in _one_line(p)
+            assert not (tmp_path / run).exists()
+            continue
         assert p.returncode == 0, p.stderr
         assert sorted(os.listdir(empty)) == sorted([MARKER, CHECKPOINT])
+        assert (empty / MARKER).read_text() == f"{tmp_path / run}\n"
         with open(tmp_path / run / "summary.json") as f:
             assert json.load(f)["checkpoints"]["count"] == 2
 

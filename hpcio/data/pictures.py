@@ -17,7 +17,7 @@ import io
 from functools import lru_cache
 
 import numpy as np
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 from ..errors import HpcioError, lookup
 
@@ -252,11 +252,19 @@ def encode(pixels, encoding, quality=90):
     return np.frombuffer(b"".join(parts), dtype=np.uint8), lengths
 
 
-def decode(data, encoding, shape=None):
-    """One record back to (H, W, C) uint8 pixels (tests, importers)."""
+def decode(data, encoding, shape=None, where="record"):
+    """One record back to (H, W, C) uint8 pixels (tests, importers); bytes that begin
+    like a picture and are not one: an :class:`HpcioError` naming ``where`` (the file and
+    the record)."""
     if encoding == "raw":
         return np.frombuffer(bytes(data), dtype=np.uint8).reshape(shape)
-    img = np.asarray(Image.open(io.BytesIO(bytes(data))))
+    try:
+        img = np.asarray(Image.open(io.BytesIO(bytes(data))))
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        why = "not a picture PIL reads" if isinstance(e, UnidentifiedImageError) else \
+            (str(e).splitlines() or [type(e).__name__])[0]
+        raise HpcioError(f"{where}: starts like {encoding.upper()} but is not a readable "
+                         f"image ({why})")
     return img[..., None] if img.ndim == 2 else img
 
 

@@ -159,7 +159,7 @@ def make_datum(data, label, channels=0, height=0, width=0, encoded=False):
     return bytes(b)
 
 
-def describe(first, kind, length):
+def describe(first, kind, length, where="the first record"):
     """Encoding, shape, dtype and extra manifest keys of a store made elsewhere, from its
     first value ``first`` (``kind`` "datum" or "record") and every record's ``length``."""
     fo, fl, _ = parse_datum(first) if kind == "datum" else (0, len(first), -1)
@@ -174,7 +174,7 @@ def describe(first, kind, length):
         if enc == "raw":
             extra["layout"] = "chw"  # a Datum's data field is plane after plane
     if enc != "raw" and not shape:
-        shape = list(pictures.decode(rec, enc).shape)
+        shape = list(pictures.decode(rec, enc, where=where).shape)
     if enc == "raw" and not shape and len(set(length.tolist())) == 1:
         shape = [int(length[0])]
     if kind != "datum":

@@ -340,7 +340,8 @@ def index(path, out, images=None, labels=None, **_):
             off, length = base + offs[:-1], np.diff(offs)
             first = d[int(offs[0]):int(offs[1])] if n else b""
             enc = pictures.sniff(first) or "raw"
-            shape = list(pictures.decode(first, enc).shape) if enc != "raw" else []
+            shape = list(pictures.decode(first, enc, where=f"{path}: {iname}[0]").shape) \
+                if enc != "raw" else []
             extra["hdf5"].update(layout="blob", offsets="offsets")
             dtype = "uint8"
         else:

@@ -296,7 +296,7 @@ def index(path, out, **_):
     env_path = os.path.dirname(data) if os.path.isdir(path) else data
     extra = {"lmdb": {"key": None, "value": kind, "subdir": os.path.isdir(path)}}
     extra["side_files"] = save_keys(path, out, keys, extra["lmdb"])
-    enc, shape, dtype, more = describe(first, kind, length)
+    enc, shape, dtype, more = describe(first, kind, length, f"{path}: its first value")
     extra.update(more)
     rel = os.path.relpath(data, out)
     shard_rel = os.path.relpath(env_path, out)

@@ -299,6 +299,17 @@ def detect(path):
     return SURE if path.endswith(".npz") or first.endswith(b".npy") else 0
 
 
+def _labels(a, path, yname):
+    """Member ``yname`` as class labels: integers, or floats that hold whole numbers."""
+    a = a.reshape(-1)
+    if a.dtype.kind in "iub":
+        return a
+    if a.dtype.kind == "f" and np.isfinite(a).all() and (a == np.round(a)).all():
+        return a.astype(np.int64)
+    raise HpcioError(f"{path}: member {yname} holds {a.dtype.name} values, not integer class "
+                     f"labels (--labels names another member)")
+
+
 def _one(path, xname, yname):
     """(offsets, lengths, labels, sample shape, dtype, layout, axis) of one file's
     records."""
@@ -308,7 +319,7 @@ def _one(path, xname, yname):
             raise HpcioError(f"{path}: no member {xname} (the samples; "
                              f"--images names another)")
         at, shape, fortran, dtype = array_at(f, mem[xname], path)
-        label = _small(f, mem[yname], path).reshape(-1) if yname in mem else None
+        label = _labels(_small(f, mem[yname], path), path, yname) if yname in mem else None
         if "offsets" in mem and len(shape) == 1 and dtype == np.uint8:
             offs = _small(f, mem["offsets"], path).astype(np.int64)
             if len(offs) < 2 or (np.diff(offs) < 0).any() or offs[0] < 0 or \
@@ -391,8 +402,8 @@ def index(path, out, images=None, labels=None, **_):
             f.seek(int(off[0]))
             rec = f.read(int(length[0]))
         enc = pictures.sniff(rec) or "raw"
-        shape = list(pictures.decode(rec, enc).shape) if enc != "raw" else \
-            [int(length[0]), 1, 1]
+        shape = [int(length[0]), 1, 1] if enc == "raw" else \
+            list(pictures.decode(rec, enc, where=f"{paths[0]}: record 0").shape)
         keys["offsets"] = "offsets"
         dtype = "uint8"
     else:

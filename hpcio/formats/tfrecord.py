@@ -313,7 +313,8 @@ def index(path, out, **_):
         first = f.read(b)
     enc = pictures.sniff(first) or "raw"
     if enc != "raw":
-        shape = list(pictures.decode(first, enc).shape)
+        where = f"{paths[int(file[0])]}: record 0"
+        shape = list(pictures.decode(first, enc, where=where).shape)
     else:
         shape = [len(first)]
     extra = {"tfrecord": {"record": "example" if example else "data"}}

@@ -20,11 +20,12 @@ __all__ = ["CHECKPOINT", "MARKER", "check_checkpoint_dir", "claim_checkpoint_dir
            "save_checkpoint", "load_checkpoint"]
 
 CHECKPOINT = "checkpoint.pt"
-MARKER = ".hpcio-checkpoints"  # says hpcio made the directory (or found it empty)
+MARKER = ".hpcio-checkpoints"  # says hpcio made the directory; holds the run it is for
 
 
-def check_checkpoint_dir(directory):
-    """An :class:`HpcioError` if ``directory`` holds a file hpcio did not write (read only:
+def check_checkpoint_dir(directory, run=None, force=False):
+    """An :class:`HpcioError` if ``directory`` holds a file hpcio did not write, or the
+    checkpoint of a run other than ``run`` (its directory) unless ``force`` (read only:
     called before anything of the run is made)."""
     try:
         names = set(os.listdir(directory))
@@ -33,6 +34,11 @@ def check_checkpoint_dir(directory):
     except OSError as e:
         raise HpcioError(f"--checkpoint-dir {directory}: {e.strerror}")
     if MARKER in names:
+        owner = _owner(directory)
+        if CHECKPOINT in names and owner != run and not force:
+            raise HpcioError(f"--checkpoint-dir {directory}: holds the checkpoint of "
+                             f"{'run ' + owner if owner else 'an earlier run'}, which this "
+                             f"run would replace (give a new directory, or --force)")
         return
     foreign = sorted(names - {RUN_MARKER})  # this run's own directory, claimed just now
     if foreign:
@@ -42,16 +48,26 @@ def check_checkpoint_dir(directory):
                          f"directory)")
 
 
-def claim_checkpoint_dir(directory):
-    """Make ``directory`` (or take an empty one) and mark it as hpcio's; one hpcio marked
-    before is used as it is; any other: an :class:`HpcioError`, before training."""
-    check_checkpoint_dir(directory)
+def claim_checkpoint_dir(directory, run=None, force=False):
+    """Make ``directory`` (or take an empty one) and mark it as run ``run``'s; one hpcio
+    marked before is taken over unless it holds another run's checkpoint (and not
+    ``force``); any other: an :class:`HpcioError`, before training."""
+    check_checkpoint_dir(directory, run, force)
     try:
         os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, MARKER), "a"):
-            pass
+        atomic_write(os.path.join(directory, MARKER),
+                     lambda f: f.write((run or "").encode() + b"\n"))
     except OSError as e:
         raise HpcioError(f"--checkpoint-dir {directory}: {e.strerror}")
+
+
+def _owner(directory):
+    """The run a marked checkpoint directory is for ("" if it does not say)."""
+    try:
+        with open(os.path.join(directory, MARKER), "rb") as f:
+            return f.read(4096).decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
 
 
 def _state(model):

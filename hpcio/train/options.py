@@ -7,6 +7,7 @@ Every error is one line.
 """
 
 import argparse
+import os
 
 from ..cli import (ArgumentParser, add_plan_arguments, add_reader_arguments, au_percent,
                    fraction, integer, load_config, parse_key_values, positive, seconds)
@@ -123,7 +124,10 @@ def _add_training(g):
     g.add_argument("--checkpoint-every", type=integer(0), default=0, metavar="N",
                    help="rank 0 writes model + optimiser state every N steps (0: never)")
     g.add_argument("--checkpoint-dir", metavar="DIR", default=None,
-                   help="where checkpoints go (default: RUNDIR/checkpoints)")
+                   help="where checkpoints go (default: RUNDIR/checkpoints); one holding "
+                        "another run's checkpoint is refused")
+    g.add_argument("--force", action="store_true",
+                   help="replace the checkpoint another run left in --checkpoint-dir")
 
 
 def _add_pipeline(g):
@@ -252,6 +256,10 @@ def parse_args(argv=None):
                          f"{args.model} exchanges its own gradients", everywhere=True)
     if args.trace_dir is not None and not args.trace:
         raise HpcioError("--trace-dir needs --trace", everywhere=True)
+    if args.trace_dir is not None and os.path.lexists(args.trace_dir) and \
+            not os.path.isdir(args.trace_dir):
+        raise HpcioError(f"--trace-dir {args.trace_dir}: exists and is not a directory",
+                         everywhere=True)
     if args.preprocess == "auto":
         args.preprocess = "off" if args.model == "emulate" else "on"
     if args.preprocess == "off" and args.model != "emulate":

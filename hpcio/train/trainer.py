@@ -318,7 +318,8 @@ def setup(args):
                                                            world.size))
     ckpt_dir = os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None
     if args.checkpoint_every and ckpt_dir:  # a refusal leaves nothing made
-        on_root(world.comm, lambda: check_checkpoint_dir(ckpt_dir))
+        on_root(world.comm, lambda: check_checkpoint_dir(
+            ckpt_dir, os.path.abspath(out_path), args.force))
     on_root(world.comm, lambda: _check_space(args, world, model, out_path,
                                              steps_per_epoch))
     out = RunDir.create(out_path, world.comm)
@@ -327,7 +328,7 @@ def setup(args):
     trace = _open_trace(args, world, out) if args.trace else None
     ckpt_dir = ckpt_dir or out.file(RunDir.CHECKPOINTS)
     if args.checkpoint_every:
-        on_root(world.comm, lambda: claim_checkpoint_dir(ckpt_dir))
+        on_root(world.comm, lambda: claim_checkpoint_dir(ckpt_dir, out.path, args.force))
     ropts = reader_options(args)
     # a cold epoch re-opens a reader that maps the files after evicting: pages a live
     # process has mapped (LMDB's mmap) stay in the page cache whatever fadvise or

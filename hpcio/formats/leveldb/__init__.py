@@ -91,7 +91,8 @@ def index(path, out, **_):
     extra = {"leveldb": {"key": None, "value": s.kind,
                          "compression": "snappy" if s.snappy else "none"}}
     extra["side_files"] = save_keys(path, out, s.keys, extra["leveldb"])
-    enc, shape, dtype, more = describe(s.first, s.kind, s.length)
+    enc, shape, dtype, more = describe(s.first, s.kind, s.length,
+                                       f"{path}: its first value")
     extra.update(more)
     paths = [os.path.join(path, t) for t in s.tables]
     shard = {"path": os.path.relpath(path, out), "records": [0, n],
