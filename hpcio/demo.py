@@ -32,6 +32,7 @@ from .cache import describe, drop_caches, read_file
 from .cli import ArgumentParser, add_plan_arguments, integer
 from .data.dataset import is_dataset, open_dataset
 from .errors import HpcioError, guard
+from .explain.summary import figures_line
 from .fsutil import aligned_empty, evict, fs_type
 from .measure.rundir import RunDir
 from .mpiutil import launcher
@@ -190,9 +191,13 @@ def _mmm(values, fmt="{:.1f}"):
 
 
 def table(results, readers=READERS):
-    """Per rank count, each reader's median stall % and AU % (MLPerf Storage's rule) with
-    their range over the repeats: {(ranks, reader): [summary.json, ...]}."""
+    """Per rank count, each reader's median stall %, straggler wait % (where any run
+    waited at the barrier) and AU % (MLPerf Storage's rule) with their range over the
+    repeats: {(ranks, reader): [summary.json, ...]}."""
+    waited = any(round(s["metrics"].get("straggler_wait_percent") or 0.0, 1)
+                 for runs in results.values() for s in runs)
     cols = [(f"stall % {r}", "stall_percent", r) for r in readers] + \
+           [(f"straggler % {r}", "straggler_wait_percent", r) for r in readers if waited] + \
            [(f"AU % {r}", "au_percent", r) for r in readers]
     w = 22
     lines = ["ranks" + "".join(c[0].rjust(w) for c in cols)]
@@ -237,8 +242,7 @@ def _measure(st, a, train, launch, stamp):
         results.setdefault((n, reader), []).append(s)
         dirs.append(out)
         m = s["metrics"]
-        print(f"[{k + 1}/{len(todo)}] {reader} n={n} repeat {rep + 1}: stall "
-              f"{m['stall_percent']:.1f}%, AU {m['au_percent']:.1f}% "
+        print(f"[{k + 1}/{len(todo)}] {reader} n={n} repeat {rep + 1}: {figures_line(m)} "
               f"({time.perf_counter() - t:.1f} s)", flush=True)
     print(f"\n{st.label}, {a.repeats} repeat(s), median (min-max):")
     print(table(results))
@@ -345,8 +349,10 @@ def main(argv=None):
                              remote, ranks, drop=True), a, train, launch, stamp)
     _measure(Storage("local", "local disk", data, local, drop=False), a, train, launch,
              stamp)
-    print(f"\nDefinitions: stall % = time the steps waited for their batch, every step "
-          f"counted; AU % = compute / wall by MLPerf Storage's rule, which leaves each "
+    print(f"\nDefinitions: stall % = time the steps waited for their own batch, straggler "
+          f"wait % = time at the per-step barrier waiting for the slowest rank, each over "
+          f"every step (mean over ranks of each rank's share; with compute they add up to "
+          f"100%); AU % = compute / wall by MLPerf Storage's rule, which leaves each "
           f"epoch's first step out (where naive's mmap read-around waits longest). Runs in "
           f"{os.path.join(a.workdir, 'runs')}. Done in {time.perf_counter() - t0:.0f} s.",
           flush=True)

@@ -13,7 +13,7 @@ from hpcio.train.computetime import DISTRIBUTIONS, ComputeTime
 from hpcio.train.emulate import EmulatedModel
 from hpcio.errors import HpcioError
 from hpcio.fsutil import aligned_empty
-from hpcio.explain.summary import format_table, summarize
+from hpcio.explain.summary import figures_line, format_table, summarize
 from hpcio.measure.probes import counters, delta, proc_io, read_ahead_kb
 from hpcio.measure.rundir import RunDir
 from hpcio.measure.sampler import Sampler
@@ -96,9 +96,11 @@ def test_summarize_across_ranks():
     # throughput over whole epochs: each rank's rate over all its steps, summed
     assert s["samples_per_s"] == pytest.approx(48 / 16 + 48 / 22)
     assert s["mib_per_s"] == pytest.approx((4800 / 16 + 4800 / 22) / 2 ** 20)
-    # the time split over every step too (stall = wall - compute here)
-    assert s["stall_percent"] == pytest.approx(100 * (38 - 7.2) / 38)
+    # the time split over every step too, each rank's share averaged over ranks (stall =
+    # wall - compute here): it adds up to 100, and compute is the AU over every step
+    assert s["stall_percent"] == pytest.approx(100 * (12.4 / 16 + 18.4 / 22) / 2)
     assert s["stall_percent"] + s["compute_percent"] == pytest.approx(100)
+    assert s["compute_percent"] == pytest.approx(s["au_percent_all_steps"])
     # first-step wait: each epoch's first-step stall, mean and max over ranks
     assert [e["first_step_wait_s_mean"] for e in s["per_epoch"]] == pytest.approx([9, 4])
     assert [e["first_step_wait_s_max"] for e in s["per_epoch"]] == pytest.approx([9, 5])
@@ -112,7 +114,7 @@ def test_summarize_across_ranks():
     assert s["epoch_s_mean"] == pytest.approx(11) and s["epoch_time_s_slowest"] == 22
     text = format_table(s, "title")
     assert re.search(r"epoch time, slowest rank +11\.000 s \(mean over 2 epoch\(s\)\)", text)
-    for label in ("AU % (every step)", "AU % (MLPerf Storage rule)", "first-step wait",
+    for label in ("= AU over every step", "AU % (MLPerf Storage rule)", "first-step wait",
                   "first step of each epoch excluded", "samples/s (every step)", "rank 1"):
         assert label in text, label
     assert "9.000 s max" in text
@@ -132,7 +134,14 @@ def test_straggler_wait_is_its_own_column_and_older_runs_had_none():
     assert s["straggler_wait_percent"] == pytest.approx(100 * 0.3 / 2.8)
     assert s["exchange_percent"] == pytest.approx(100 * 0.2 / 2.8)
     assert s["au_percent_all_steps"] == pytest.approx(100 / 1.4)  # AU = compute / wall
-    assert re.search(r"straggler wait / exchange % +10\.7 / 7\.1\n", format_table(s))
+    text = format_table(s)
+    assert re.search(r"\n    straggler wait +10\.7  at the per-step barrier", text)
+    assert re.search(r"\n    exchange +7\.1\n", text)
+    shown = [float(x) for x in re.findall(r"\n    (?:compute|stall|straggler wait|exchange|"
+                                          r"h2d|ckpt|other) +(\d+\.\d)", text)]
+    assert sum(shown) == pytest.approx(100, abs=0.25)  # the split adds up on the console
+    assert figures_line(s) == ("AU 71.4% (MLPerf rule); every step: compute 71.4%, stall "
+                               "10.7%, straggler wait 10.7%, exchange 7.1%")
     # a rank file from before the exchange: both components were 0
     old = {k: v for k, v in _arrays([1.0], [0.5], [1], [0]).items()
            if k not in ("straggler_wait", "exchange")}

@@ -6,7 +6,28 @@ Definitions of every figure: :mod:`hpcio.measure.steps`.
 import numpy as np
 
 __all__ = ["summarize", "format_table", "run_summary", "side_by_side", "SIDE_BY_SIDE_ROWS",
-           "au_threshold_percent"]
+           "au_threshold_percent", "SPLIT", "split", "figures_line"]
+
+#: the step's time split, every step: (summary key, label); each is the mean over ranks of
+#: the component's share of the rank's wall time, so they add up to 100% and ``compute``
+#: is the AU over every step
+SPLIT = [("compute_percent", "compute"), ("stall_percent", "stall"),
+         ("straggler_wait_percent", "straggler wait"), ("exchange_percent", "exchange"),
+         ("h2d_percent", "h2d"), ("ckpt_percent", "ckpt"), ("other_percent", "other")]
+
+
+def split(s, always=("compute_percent", "stall_percent")):
+    """[(label, percent)] of the time split of summary figures ``s``: compute and stall
+    always, the others where not zero (to the printed 0.1%)."""
+    return [(label, s.get(k) or 0.0) for k, label in SPLIT
+            if k in always or round(s.get(k) or 0.0, 1)]
+
+
+def figures_line(s):
+    """One line of a run's figures, each labelled with its rule: AU by MLPerf Storage's
+    rule, then the every-step split that adds up to 100%."""
+    parts = ", ".join(f"{label} {v:.1f}%" for label, v in split(s))
+    return f"AU {s['au_percent']:.1f}% (MLPerf rule); every step: {parts}"
 
 
 def au_threshold_percent(value):
@@ -22,12 +43,13 @@ def summarize(per_rank):
     :mod:`hpcio.measure.steps` for the definitions)."""
     ranks = len(per_rank)
     every = [r["all"] for r in per_rank]
-    wall = sum(m["wall"] for m in every)
-    pct = (lambda x: 100.0 * x / wall) if wall else (lambda x: 0.0)
+
+    def pct(part):  # the mean over ranks of each rank's share of its own wall time
+        return 100.0 * float(np.mean([part(m) / m["wall"] if m["wall"] else 0.0
+                                      for m in every]))
     au = np.array([r["au"] for r in per_rank])
     au_all = np.array([r["au_all_steps"] for r in per_rank])
     et = np.array([r["epoch_time"] for r in per_rank])
-    stall = sum(m["fetch"] + m["prep"] + m["stall_other"] for m in every)
     nep = min(len(r["epochs"]) for r in per_rank)
     waits = np.array([[r["epochs"][e]["first_step_wait"] for r in per_rank]
                       for e in range(nep)], dtype=float).reshape(nep, ranks)
@@ -47,18 +69,18 @@ def summarize(per_rank):
         "first_step_wait_s_max": float(waits[seen].max()) if seen.any() else None,
         "samples_per_s": sum(m["records"] / m["wall"] for m in every if m["wall"]),
         "mib_per_s": sum(m["nbytes"] / m["wall"] for m in every if m["wall"]) / 2 ** 20,
-        "stall_percent": pct(stall),
-        "fetch_percent": pct(sum(m["fetch"] for m in every)),
-        "prep_percent": pct(sum(m["prep"] for m in every)),
-        "stall_other_percent": pct(sum(m["stall_other"] for m in every)),
-        "straggler_wait_percent": pct(sum(m.get("straggler_wait", 0.0) for m in every)),
-        "exchange_percent": pct(sum(m.get("exchange", 0.0) for m in every)),
+        "stall_percent": pct(lambda m: m["fetch"] + m["prep"] + m["stall_other"]),
+        "fetch_percent": pct(lambda m: m["fetch"]),
+        "prep_percent": pct(lambda m: m["prep"]),
+        "stall_other_percent": pct(lambda m: m["stall_other"]),
+        "straggler_wait_percent": pct(lambda m: m.get("straggler_wait", 0.0)),
+        "exchange_percent": pct(lambda m: m.get("exchange", 0.0)),
         "first_bucket_wait_s_mean": (sum(m.get("first_bucket_wait", 0.0) for m in every)
                                      / max(1, sum(r["steps"] for r in per_rank))),
-        "h2d_percent": pct(sum(m["h2d"] for m in every)),
-        "compute_percent": pct(sum(m["compute"] for m in every)),
-        "ckpt_percent": pct(sum(m["ckpt"] for m in every)),
-        "other_percent": pct(sum(m["other"] for m in every)),
+        "h2d_percent": pct(lambda m: m["h2d"]),
+        "compute_percent": pct(lambda m: m["compute"]),
+        "ckpt_percent": pct(lambda m: m["ckpt"]),
+        "other_percent": pct(lambda m: m["other"]),
         "records": sum(m["records"] for m in every),
         "bytes": sum(m["nbytes"] for m in every),
         "epoch_time_s_slowest": float(et.max()),
@@ -98,9 +120,6 @@ def format_table(s, title=""):
     rows = [
         ("samples/s (every step)", f"{s['samples_per_s']:.1f}"),
         ("MiB/s (every step)", f"{s['mib_per_s']:.2f}"),
-        ("AU % (every step)", f"{s['au_percent_all_steps']:.1f}  (ranks "
-                              f"{s['au_percent_all_steps_min']:.1f}"
-                              f"-{s['au_percent_all_steps_max']:.1f})"),
         ("AU % (MLPerf Storage rule)", f"{s['au_percent']:.1f}  (ranks "
                                        f"{s['au_percent_min']:.1f}-{s['au_percent_max']:.1f};"
                                        f" {first}: {s['steps_measured_per_rank']} of "
@@ -108,14 +127,18 @@ def format_table(s, title=""):
         ("first-step wait", "-" if wait is None else
          f"{wait:.3f} s mean, {s['first_step_wait_s_max']:.3f} s max over ranks and "
          f"epochs"),
-        ("stall % (own wait)", f"{s['stall_percent']:.1f}  (fetch {s['fetch_percent']:.1f} "
-                               f"/ prep {s['prep_percent']:.1f} / other "
-                               f"{s['stall_other_percent']:.1f})"),
-        ("straggler wait / exchange %", f"{s.get('straggler_wait_percent', 0.0):.1f} / "
-                                        f"{s.get('exchange_percent', 0.0):.1f}"),
-        ("h2d / compute / ckpt / other %",
-         f"{s['h2d_percent']:.1f} / {s['compute_percent']:.1f} / {s['ckpt_percent']:.1f}"
-         f" / {s['other_percent']:.1f}"),
+        ("step time, every step", "% of wall, mean over ranks; adds up to 100"),
+    ]
+    for label, v in split(s):
+        what = {"compute": f"  (= AU over every step; ranks "
+                           f"{s['au_percent_all_steps_min']:.1f}-"
+                           f"{s['au_percent_all_steps_max']:.1f})",
+                "stall": f"  own wait: fetch {s['fetch_percent']:.1f} / prep "
+                         f"{s['prep_percent']:.1f} / other {s['stall_other_percent']:.1f}",
+                "straggler wait": "  at the per-step barrier, for the slowest rank"
+                }.get(label, "")
+        rows.append((f"  {label}", f"{v:.1f}{what}"))
+    rows += [
         ("epoch time, slowest rank", "-" if s.get("epoch_s_mean") is None else
          f"{s['epoch_s_mean']:.3f} s (mean over {len(s['per_epoch'])} epoch(s))"),
         ("all epochs slowest/fastest", f"{s['epoch_time_s_slowest']:.3f} s (rank "
@@ -123,7 +146,7 @@ def format_table(s, title=""):
          f"{s['fastest_rank']})" + (f" = {ratio:.2f}x" if ratio else "")),
     ]
     if s.get("first_bucket_wait_s_mean"):
-        rows.insert(-3, ("first-bucket wait (in compute)",
+        rows.insert(-2, ("first-bucket wait (in compute)",
                          f"{1000 * s['first_bucket_wait_s_mean']:.2f} ms per step (DDP: its "
                          f"first gradient bucket ready -> reduced)"))
     w = max(len(k) for k, _ in rows)

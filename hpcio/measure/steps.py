@@ -77,15 +77,21 @@ epochs); AU is given both ways, each labelled:
   ranks and epochs (``first_step_wait_s_mean`` / ``_max``).
 * **first-bucket wait** (``first_bucket_wait_s_mean``, DDP on gloo) = first_bucket_wait
   per step, the mean over ranks and every step; 0 where not measured.
-* **stall %** = sum of stall (own wait) / sum of wall over all ranks' steps, with its
-  fetch / prep / stall_other split; likewise **straggler wait %**, exchange %, h2d %,
-  compute %, ckpt %, other %.
+* **stall %** = each rank's stall (own wait) over its wall time, every step, the mean
+  over ranks, with its fetch / prep / stall_other split; likewise **straggler wait %**,
+  exchange %, h2d %, compute %, ckpt %, other %. They add up to 100%, and compute % is
+  the AU over every step (the same mean over ranks). The console prints this split, and
+  beside it only the AU by MLPerf Storage's rule, labelled so
+  (:func:`hpcio.explain.summary.figures_line`).
 * **slowest vs fastest rank**: each rank's time over all epochs (sum of its step walls,
   all steps: ``epoch_time_s_*``); max / min over ranks and which ranks.
 * **epoch time** (``epoch_s_mean``) = one epoch's wall time on its slowest rank, the mean
   over epochs.
 
-Changed in summary.json: ``samples_per_s``, ``mib_per_s`` and the ``*_percent``
+Changed in summary.json: the ``*_percent`` time split was the sum over ranks over the sum
+of their walls; it is the mean over ranks of each rank's share now (the same where ranks'
+walls are equal, as synchronous steps make them), so that compute % is the AU over every
+step. Before that: ``samples_per_s``, ``mib_per_s`` and the ``*_percent``
 time split used to leave out each epoch's first step, as AU does; they count every step
 now. ``au_percent`` (and its ``_min``, ``_max``, ``_per_rank``, ``per_epoch``) keeps
 MLPerf Storage's rule; ``au_percent_all_steps`` (same companions) and the first-step wait

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from functools import cached_property
 
 from ..errors import HpcioError
+from ..explain.summary import figures_line
 from ..measure.schema import SWEEP_STATUSES as STATUSES
 from .outcome import outcome
 from .spec import Point, train_options
@@ -153,9 +154,7 @@ def _line(r):
     """What a finished run measured, or why it did not, for its progress line."""
     f = r.get("figures") or {}
     if r["status"] == "done":
-        return (f"AU {f['au_percent']:.1f}%  stall {f['stall_percent']:.1f}%  straggler "
-                f"wait {f.get('straggler_wait_percent') or 0.0:.1f}%"
-                if f.get("au_percent") is not None else "no step measured")
+        return figures_line(f) if f.get("au_percent") is not None else "no step measured"
     return f"{r['status'].upper().replace('_', ' ')}: {r.get('error')}"
 
 

@@ -9,8 +9,9 @@ from ..measure.schema import Invalid
 __all__ = ["outcome", "error_line", "figures", "FIGURES"]
 
 # what sweep.json keeps of a finished run's summary
-FIGURES = ("au_percent", "stall_percent", "straggler_wait_percent", "samples_per_s",
-           "mib_per_s")
+FIGURES = ("au_percent", "compute_percent", "stall_percent", "straggler_wait_percent",
+           "exchange_percent", "h2d_percent", "ckpt_percent", "other_percent",
+           "samples_per_s", "mib_per_s")
 
 # the line that says why, by kind: hpcio's own, then MPI's fatal error (an abort inside
 # MPI_Init is followed by the launcher's lines about killing the others)

@@ -34,7 +34,7 @@ def check_checkpoint_dir(directory, run=None, force=False):
     except OSError as e:
         raise HpcioError(f"--checkpoint-dir {directory}: {e.strerror}")
     if MARKER in names:
-        owner = _owner(directory)
+        owner, run = _owner(directory), run and os.path.abspath(run)
         if CHECKPOINT in names and owner != run and not force:
             raise HpcioError(f"--checkpoint-dir {directory}: holds the checkpoint of "
                              f"{'run ' + owner if owner else 'an earlier run'}, which this "

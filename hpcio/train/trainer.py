@@ -318,8 +318,7 @@ def setup(args):
                                                            world.size))
     ckpt_dir = os.path.abspath(args.checkpoint_dir) if args.checkpoint_dir else None
     if args.checkpoint_every and ckpt_dir:  # a refusal leaves nothing made
-        on_root(world.comm, lambda: check_checkpoint_dir(
-            ckpt_dir, os.path.abspath(out_path), args.force))
+        on_root(world.comm, lambda: check_checkpoint_dir(ckpt_dir, out_path, args.force))
     on_root(world.comm, lambda: _check_space(args, world, model, out_path,
                                              steps_per_epoch))
     out = RunDir.create(out_path, world.comm)
