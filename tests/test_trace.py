@@ -93,6 +93,7 @@ def test_two_ranks_trace_their_steps(tmp_path, ds):
                             "--batch", 4, "--steps", 6, "--epochs", 2, "--compute-time",
                             0.005, "--checkpoint-every", 4, "--trace", "--out", out])
     assert p.returncode == 0, _fail(p)
+    assert f"\n  trace: {out / 'trace'}/rank-<r>.pfw.gz (DFTracer's format)\n" in p.stdout
     for r in range(2):
         path = str(out / "trace" / f"rank-{r}.pfw.gz")
         with open(out / f"rank-{r}.json") as f:
@@ -112,9 +113,12 @@ def test_two_ranks_trace_their_steps(tmp_path, ds):
 @pytest.mark.mpi
 def test_plain_trace_in_a_directory_of_its_own(tmp_path, ds):
     out, where = tmp_path / "run", tmp_path / "local" / "traces"
-    p = run_py(TRAIN + ["--data", ds.root, "--model", "emulate", "--batch", 4, "--steps", 5,
+    p = run_py(TRAIN + ["--data", ds.root, "--model", "emulate", "--batch", 16, "--steps", 9,
                         "--trace", "--no-trace-gzip", "--trace-dir", where, "--out", out])
     assert p.returncode == 0, _fail(p)
+    assert "hpcio.train: note: --steps 9: an epoch of 128 records at batch 16 on 1 rank(s) " \
+           "holds 8 steps; running 8\n" in p.stderr  # said, not silently cut
+    assert f"\n  trace: {where}/rank-<r>.pfw (DFTracer's format)\n" in p.stdout
     assert not (out / "trace").exists()
     with open(out / "rank-0.json") as f:
         info = json.load(f)

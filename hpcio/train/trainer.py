@@ -275,6 +275,16 @@ class Trained:
     flushed: tuple = ()  # (steps, epochs, checkpoints) in the last flush
 
 
+def _steps_per_epoch(args, plan, records, world):
+    """An epoch's steps: the plan's, or fewer with ``--steps``; a ``--steps`` above what
+    an epoch holds is said (rank 0), not silently cut."""
+    if args.steps and args.steps > plan.steps and world.rank == 0:
+        print(f"hpcio.train: note: --steps {args.steps}: an epoch of {records:,} records at "
+              f"batch {args.batch} on {world.size} rank(s) holds {plan.steps} steps; "
+              f"running {plan.steps}", file=sys.stderr, flush=True)
+    return min(plan.steps, args.steps or plan.steps)
+
+
 def setup(args):
     """Check everything before anything heavy (flags, data, model against data, batch
     against records), then build the model, its gradient exchange and the run directory;
@@ -304,7 +314,7 @@ def setup(args):
     plan0 = make_plan(ds.records, world.size, world.rank, args.batch, epoch=0,
                       seed=args.seed, shuffle=args.shuffle, drop_last=args.drop_last,
                       block=args.block, window=args.window)
-    steps_per_epoch = min(plan0.steps, args.steps or plan0.steps)
+    steps_per_epoch = _steps_per_epoch(args, plan0, ds.records, world)
     classes = ds.classes if ds.classes is not None else getattr(spec, "classes", None)
     if args.preprocess == "on":
         pipe = Pipeline(ds.manifest, input_shape, threads=args.threads,
@@ -745,6 +755,9 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
     if ckpts:
         text += (f"\n  checkpoints: {len(ckpts)}, {summary['checkpoints']['seconds']:.3f} s, "
                  f"{summary['checkpoints']['mib_per_s_mean']:.1f} MiB/s mean")
+    if args.trace:
+        text += (f"\n  trace: {os.path.abspath(args.trace_dir or run.file(RunDir.TRACE))}"
+                 f"/rank-<r>.pfw{'.gz' if args.trace_gzip else ''} (DFTracer's format)")
     text += f"\n  results: {run.path}\n"
     run.write_summary(summary, text)
     print(text, end="", flush=True)
