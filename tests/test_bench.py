@@ -112,3 +112,13 @@ def test_bench_writes_into_runs_and_never_over_a_result(tmp_path):
     p = run_main(args + ["--out", out, "--force"], cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert json.loads(out.read_text())["runs"]
+
+
+def test_every_column_of_the_table_is_defined_under_it():
+    from hpcio.explain.benchtable import COLUMNS, table
+    text = table([])
+    head, legend = text.splitlines()[0], text.split("\n\n", 1)[1]
+    named = ["rec/s/rank", "MB/s", "x seq", "x ranks", "[min..max]", "dev/rec", "stall s",
+             "res", "load"]
+    assert all(c in head for c in named) and set(named) == set(COLUMNS)
+    assert all(f"{c}  {COLUMNS[c]}" in legend for c in named)

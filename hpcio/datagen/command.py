@@ -54,8 +54,10 @@ def summary(ds):
         f"  labels: {len(counts)} classes present, records per class min {counts.min() if len(counts) else 0}"
         f" max {counts.max() if len(counts) else 0}"
         + (f", {int((idx.label < 0).sum())} unlabelled" if (idx.label < 0).any() else ""),
-        f"  made by {m.get('generator')} ({m.get('source', '?')}"
-        + (f", preset {m['preset']}, seed {m['seed']}" if "preset" in m else "") + ")",
+        f"  made by {m.get('generator')} ({m.get('source', '?')}" + (
+            f" for workload {m['workload']}: its record size and files, pixels drawn as "
+            f"preset {m['preset']}'s, seed {m['seed']}" if "workload" in m else
+            f", preset {m['preset']}, seed {m['seed']}" if "preset" in m else "") + ")",
     ]
     return "\n".join(lines)
 
@@ -231,6 +233,7 @@ def _apply_workload(a, comm):
     """The workload's dataset settings where no flag gave one; what it asks that hpcio
     does not make, in one line."""
     w = load_workload(a.workload)
+    a.workload = w.name  # what the manifest records
     o = w.datagen_options(a.records)
     for k, v in o.items():
         if k == "format_option":        # the workload's format's; the user's own win
@@ -251,7 +254,7 @@ def _cmd_generate(a, comm):
     ds = generate(a.out, a.preset, a.records, a.format, a.encoding or raw or p.encoding,
                   a.shards, a.seed, a.force, comm, _progress_default(a.progress),
                   shape=a.shape, chunk_records=a.chunk_records, quality=a.quality,
-                  dtype=a.dtype, **_format_options(a))
+                  dtype=a.dtype, workload=a.workload, **_format_options(a))
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 

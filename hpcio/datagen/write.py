@@ -520,7 +520,8 @@ def _fits_in_memory(shape):
 
 
 def generate(out, preset="mnist", records=None, format="packed", encoding="raw", shards=1,
-             seed=0, force=False, comm=None, progress=False, shape=None, **format_options):
+             seed=0, force=False, comm=None, progress=False, shape=None, workload=None,
+             **format_options):
     """Write a synthetic ``preset`` dataset (``records`` of them, default the preset's
     count) to ``out``. Collective over ``comm`` (shard ``k`` on rank ``k % size``);
     returns the :class:`~hpcio.dataset.Dataset` on every rank. Format options: hdf5
@@ -541,5 +542,6 @@ def generate(out, preset="mnist", records=None, format="packed", encoding="raw",
     quality = format_options.pop("quality", None) or p.quality
     return write_dataset(out, src, format, encoding, shards, force, comm, progress,
                          quality, manifest={"preset": p.name, "seed": int(seed),
-                                            "source": "generate"},
+                                            "source": "generate",
+                                            **({"workload": workload} if workload else {})},
                          desc=f"{p.name} {format}/{encoding}", **format_options)

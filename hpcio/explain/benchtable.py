@@ -3,7 +3,22 @@ ratios to the machine's own limits measured in the same repeat."""
 
 import statistics
 
-__all__ = ["RATIOS", "summarize", "table"]
+__all__ = ["RATIOS", "COLUMNS", "summarize", "table"]
+
+#: every column of :func:`table`, defined once (printed under it)
+COLUMNS = {
+    "rec/s/rank": "records a rank delivered / that rank's time, mean over ranks",
+    "MB/s": "all ranks' record bytes / the run's time (slowest rank), 10^6 bytes",
+    "x seq": "MB/s / one sequential stream of the same files (seq: rank 0 reads every "
+             "file in 8 MiB preadv calls, like dd bs=8M), same repeat and cache state",
+    "x ranks": "MB/s / every rank reading its contiguous share at once (seq-ranks)",
+    "[min..max]": "the ratio's range over the repeats (the figure is their median)",
+    "dev/rec": "bytes the data's disk read (/proc/diskstats, node-wide) / record bytes "
+               "delivered: read amplification",
+    "stall s": "seconds the consumer waited for batches, mean over ranks",
+    "res": "fraction of the files in the page cache just before the run (mincore)",
+    "load": "1-minute load average before the run",
+}
 
 
 def _med(xs):
@@ -68,6 +83,6 @@ def table(rows):
                      f"{_fmt(r['amplification'][0], '.2f'):>7} "
                      f"{_fmt(r['stall_s'][0], '.3f'):>8} {_fmt(r['resident'][0], '.2f'):>5} "
                      f"{_fmt(r['load'][0], '.2f'):>5}")
-    lines.append("x seq: MB/s / one sequential stream of the same files (seq, dd bs=8M); "
-                 "x ranks: / every rank reading its share at once (seq-ranks)")
+    w = max(map(len, COLUMNS))
+    lines += [""] + [f"{k:>{w}}  {v}" for k, v in COLUMNS.items()]
     return "\n".join(lines)
