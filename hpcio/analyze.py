@@ -31,6 +31,7 @@ from .explain.runs import SWEEP, load
 from .cli import ArgumentParser, ExamplesFormatter, add_renamed, number
 from .errors import HpcioError, guard
 from .measure.rundir import RunDir
+from .outputs import holder
 
 __all__ = ["build_parser", "main", "refuse_out", "REPORT_MARKER"]
 
@@ -83,6 +84,10 @@ def refuse_out(out, inputs, runs):
         if real == p or (is_run and real.startswith(p + os.sep)):
             return (f"is {'' if real == p else 'inside '}the input {p}: the report never "
                     f"goes into what it reads; give another directory")
+    h = holder(real)
+    if h:
+        return (f"is {'' if h[1] == real else 'inside '}the {h[0]} directory {h[1]}: a report "
+                f"never goes into a run's, sweep's or dataset's directory; give another one")
     try:
         names = sorted(os.listdir(real))
     except FileNotFoundError:

@@ -99,3 +99,15 @@ def test_own_files_are_recognised(tmp_path):
         claim_file(tmp_path, "-o", is_export)
     with pytest.raises(HpcioError, match="exists and is not a directory"):
         claim_dir(y, "-o", {})
+
+
+def test_a_report_never_goes_into_a_dataset_or_another_run(tmp_path, dataset):
+    other = shutil.copytree(os.path.join(RUNS, "local-inet-lmdb-coordinated-n2"),
+                            tmp_path / "other")
+    for kind, d in (("dataset", dataset.root), ("run", str(other))):
+        out = os.path.join(d, "report")
+        p = run_main(["-m", "hpcio.analyze", RUN, "-o", out, "--no-drishti"])
+        assert one_line(p, "hpcio.analyze").endswith(
+            f"inside the {kind} directory {d}: a report never goes into a run's, sweep's or "
+            f"dataset's directory; give another one"), p.stderr
+        assert not os.path.exists(out)
