@@ -51,7 +51,7 @@ Where things live (one home per concern)::
                 predict.py: the validation, templates, points, accelerators supported;
                 its prediction written and read by explain/prediction.py
     mapfault.py  a fault in a mapped shard turned into a line naming the shard
-    outputs.py  where a command may write: never into a run, sweep or dataset directory,
+    outputs.py  where a command may write: never into a run or dataset directory,
                 never over a file hpcio did not write (each command recognises its own)
     cli.py, errors.py, fsutil.py, progress.py    argument types, the command table and
                 the options commands share, one-line errors, atomic files, progress on

@@ -87,7 +87,7 @@ def refuse_out(out, inputs, runs):
     h = holder(real)
     if h:
         return (f"is {'' if h[1] == real else 'inside '}the {h[0]} directory {h[1]}: a report "
-                f"never goes into a run's, sweep's or dataset's directory; give another one")
+                f"never goes into a run's or dataset's directory; give another one")
     try:
         names = sorted(os.listdir(real))
     except FileNotFoundError:

@@ -1,14 +1,15 @@
-"""Where a command may write its output: never into a run's, a sweep's or a dataset's
-directory (a result there would replace what the run or dataset is made of), and never
+"""Where a command may write its output: never into a run's or a dataset's directory (a
+result there would replace what the run or dataset is made of), and never
 over a file hpcio did not write, unless ``--force``. A file is hpcio's when the command
 that writes it recognises its own schema in it (``ours``): an earlier export, calibration
-or prediction is replaced, anything else is refused before any work is done."""
+or prediction is replaced, anything else is refused before any work is done. A sweep's
+directory is not one of them: the sweep writes its own simulation there, and its runs
+inside it are run directories."""
 
 import os
 
 from .data.dataset import is_dataset
 from .errors import HpcioError
-from .explain.runs import SWEEP
 from .measure.rundir import RUN_MARKER, RunDir
 
 __all__ = ["holder", "claim_file", "claim_dir"]
@@ -16,14 +17,13 @@ __all__ = ["holder", "claim_file", "claim_dir"]
 #: what makes a directory one hpcio never writes into: (test, what it is)
 HOLDERS = [
     (lambda d: RunDir.is_run(d) or os.path.exists(os.path.join(d, RUN_MARKER)), "run"),
-    (lambda d: os.path.isfile(os.path.join(d, SWEEP)), "sweep"),
     (is_dataset, "dataset"),
 ]
 
 
 def holder(path):
-    """(kind, directory) of the run, sweep or dataset directory that is ``path`` or holds
-    it (the nearest), or None."""
+    """(kind, directory) of the run or dataset directory that is ``path`` or holds it (the
+    nearest), or None."""
     d = os.path.abspath(path)
     while True:
         if os.path.isdir(d):
@@ -47,7 +47,7 @@ def _refuse_holder(path, option, start=None):
 
 def claim_file(path, option, ours, force=False):
     """Before the work: refuse output file ``path`` (given as ``option``) if it lies in a
-    run, sweep or dataset directory, is a directory, or exists and ``ours(path)`` does not
+    run or dataset directory, is a directory, or exists and ``ours(path)`` does not
     recognise it (unless ``force``)."""
     _refuse_holder(path, option, os.path.dirname(os.path.abspath(path)))
     if os.path.isdir(path):
@@ -58,8 +58,8 @@ def claim_file(path, option, ours, force=False):
 
 
 def claim_dir(path, option, ours, force=False):
-    """Before the work: refuse output directory ``path`` if it is or lies in a run, sweep
-    or dataset directory, is not a directory, or holds a file of the names in ``ours``
+    """Before the work: refuse output directory ``path`` if it is or lies in a run or
+    dataset directory, is not a directory, or holds a file of the names in ``ours``
     ({name: recogniser}) that its recogniser does not recognise (unless ``force``)."""
     _refuse_holder(path, option)
     if os.path.lexists(path) and not os.path.isdir(path):

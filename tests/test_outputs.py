@@ -1,5 +1,5 @@
-"""Outputs never land where they would destroy something: not in a run's, sweep's or
-dataset's directory (whatever --force says), not over a file hpcio did not write (unless
+"""Outputs never land where they would destroy something: not in a run's or a dataset's
+directory (whatever --force says), not over a file hpcio did not write (unless
 --force). Real run and dataset directories; the commands run in-process."""
 
 import json
@@ -28,8 +28,8 @@ def dataset(tmp_path_factory):
 def test_holder_is_the_nearest_run_sweep_or_dataset(tmp_path, dataset):
     assert holder(os.path.join(RUN, "a", "b.json")) == ("run", RUN)
     assert holder(os.path.join(dataset.root, "x.csv")) == ("dataset", dataset.root)
-    (tmp_path / "sweep.json").write_text("{}")
-    assert holder(tmp_path / "runs" / "new") == ("sweep", str(tmp_path))
+    (tmp_path / "sweep.json").write_text("{}")  # a sweep writes its simulation in its own
+    assert holder(tmp_path / "simulated") is None
     assert holder("/") is None and holder(RUNS) is None
 
 
@@ -108,6 +108,6 @@ def test_a_report_never_goes_into_a_dataset_or_another_run(tmp_path, dataset):
         out = os.path.join(d, "report")
         p = run_main(["-m", "hpcio.analyze", RUN, "-o", out, "--no-drishti"])
         assert one_line(p, "hpcio.analyze").endswith(
-            f"inside the {kind} directory {d}: a report never goes into a run's, sweep's or "
-            f"dataset's directory; give another one"), p.stderr
+            f"inside the {kind} directory {d}: a report never goes into a run's or dataset's "
+            f"directory; give another one"), p.stderr
         assert not os.path.exists(out)
