@@ -10,17 +10,19 @@ either, reads every run's step records, counters and Darshan logs (``RUN/darshan
 and writes into ``-o`` only (a new or empty directory, or one of its earlier reports;
 never an input): ``report.html`` (self-contained), ``report.md``, ``table-a.csv``
 (per reader x format x ranks), ``table-b.csv`` (what Darshan saw), ``table-c.csv`` (the OS's
-counters per sample), the PNG figures and ``summary.json``. Runs at several rank counts get
-the scaling model (``hpcio.explain.model``). Drishti (drishti-io, the ``[analysis]``
-extra) is run on every log and its verdicts go beside the findings (one line instead for a
-log it fails on, or without it; ``--no-drishti`` skips it). ``--prediction DIR`` (the ``-o`` of
-``python -m hpcio.simulate predict``) adds its simulated curve per reader beside the
-measured points, with its held-out validation error, ``prediction.png`` and
-``table-prediction.csv``; a prediction directory it cannot use is refused in one line before
-anything is written. Input it cannot use (a missing, truncated or foreign log, a run cut
-short, an older run format, runs of several datasets without ``--allow-mixed``) is one line
-each on stderr and a gap stated in the report, which is made from the rest; the exit code
-is then 1.
+counters per sample), ``table-causes.csv`` (what the accelerator waits for, per run: one
+rule per cause, ``hpcio.explain.verdict``), the PNG figures and ``summary.json``. Runs at
+several rank counts get the scaling fit (``hpcio.explain.model``) unless a prediction is
+given. Drishti (drishti-io, the ``[analysis]`` extra) is run on every log and its verdicts
+go beside the findings (one line instead for a log it fails on, or without it;
+``--no-drishti`` skips it). ``--prediction DIR`` (the ``-o`` of ``python -m hpcio.simulate
+predict``) makes its simulated curve per reader the report's one forecast, in place of the
+scaling fit, beside the measured points, with its held-out validation error,
+``prediction.png`` and ``table-prediction.csv``; a prediction directory it cannot use is
+refused in one line before anything is written. Input it cannot use (a missing, truncated
+or foreign log, a run cut short, an older run format, runs of several datasets without
+``--allow-mixed``) is one line each on stderr and a gap stated in the report, which is made
+from the rest; the exit code is then 1.
 """
 
 import os
@@ -63,8 +65,9 @@ def build_parser():
     p.add_argument("--prediction", metavar="DIR", default=None,
                    help="a directory written by python -m hpcio.simulate predict -o DIR: "
                         "its simulated stall, AU, samples/s and MiB/s per reader and rank "
-                        "count go into the scaling part (figure prediction.png, "
-                        "table-prediction.csv) with their validation error")
+                        "count are the report's forecast, in place of the scaling fit "
+                        "(figure prediction.png, table-prediction.csv), with their "
+                        "validation error")
     p.add_argument("--no-drishti", action="store_true",
                    help="do not run Drishti (drishti-io) on the Darshan logs")
     return p
@@ -143,12 +146,13 @@ def main(argv=None):
           f"files in {out}")
     for line in analysis.drishti_said:
         print(f"  {line}")
-    for m in analysis.models.values():
+    for m in analysis.models.values():  # the scaling fit: only without a prediction
         if m.get("fitted") and m.get("loo"):
             loo = m["loo"]
-            print(f"  {m['reader']}: leave-one-out at P={loo['P']}: predicted "
-                  f"{1000 * loo['predicted_s']:.2f} ms, measured {1000 * loo['measured_s']:.2f}"
-                  f" ms per step ({1000 * loo['error_s']:+.2f} ms)")
+            print(f"  {m['reader']}: scaling fit, leave-one-out at P={loo['P']}: the fit "
+                  f"gives {1000 * loo['predicted_s']:.2f} ms, measured "
+                  f"{1000 * loo['measured_s']:.2f} ms per step ({1000 * loo['error_s']:+.2f} "
+                  f"ms)")
     return 1 if analysis.problems else 0
 
 

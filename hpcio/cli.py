@@ -48,6 +48,11 @@ class ArgumentParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def format_help(self):
+        """The help, with the reStructuredText literals of the docstrings it is made from
+        (````-o````) shown as plain text (``-o``)."""
+        return super().format_help().replace("``", "")
+
     def _print_message(self, message, file=None):
         if rank0():
             super()._print_message(message, file)

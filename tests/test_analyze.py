@@ -206,8 +206,8 @@ def test_fixture_sweep_answers_why_naive_stalls(tmp_path):
         assert b["coordinated", n]["mpiio_bytes_rank"] > 4e7
     fired = {(f["run"], f["rule"]) for f in doc["findings"]}
     assert ("pfs-inet-lmdb-naive-n2", "coverage") in fired
-    assert ("pfs-inet-lmdb-naive-n2", "stall") in fired
-    assert not any(r.startswith("pfs-inet-lmdb-coordinated") and rule in ("stall", "AU")
+    assert ("pfs-inet-lmdb-naive-n2", "storage") in fired
+    assert not any(r.startswith("pfs-inet-lmdb-coordinated") and rule in ("storage", "AU")
                    for r, rule in fired)
     for reader in ("naive", "coordinated"):
         m = doc["models"][reader]
@@ -378,6 +378,7 @@ def test_cut_short_and_older_runs_are_said(tmp_path):
         f"tables are left out"]
     assert sorted(os.listdir(out)) == sorted(
         [".hpcio-report", "report.md", "table-a.csv", "table-b.csv", "table-c.csv",
+         "table-causes.csv",
          "breakdown.png",
          "heatmap.png", "stall-vs-ranks.png", "bandwidth.png", "os-counters.png",
          "dxt-steps-pfs-inet-lmdb-naive-n1.png"])

@@ -325,3 +325,24 @@ def test_a_renamed_option_still_works_for_a_release(capsys, module, old, new, va
     prog = module.replace(".__main__", "")
     assert line.startswith(f"{prog}: {old} is deprecated, use {new} (the same option: "), line
     assert line.endswith(f"; {old} goes in the next release"), line
+
+
+def _parsers(parser, prog):
+    """(prog, parser) of ``parser`` and of every subcommand under it."""
+    import argparse
+    yield prog, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _parsers(sub, f"{prog} {name}")
+
+
+@pytest.mark.parametrize("name", sorted(TABLE))
+def test_help_shows_no_raw_markup(name):
+    """The help of every command and subcommand (made from docstrings written with
+    reStructuredText literals) shows them as plain text: no double backticks."""
+    import importlib
+    for prog, parser in _parsers(importlib.import_module(TABLE[name][1]).build_parser(),
+                                 name):
+        text = parser.format_help()
+        assert "``" not in text, (prog, text[text.index("``") - 60:text.index("``") + 60])

@@ -19,7 +19,7 @@ from common.inproc import run_main
 from hpcio.explain.report import analyse, write
 from hpcio.explain.runs import load
 from hpcio.explain.summary import summarize
-from hpcio.explain.verdict import Verdict, compare, heading
+from hpcio.explain.verdict import DIFF_POINTS, Verdict, compare, heading
 from hpcio.analyze import main
 from hpcio.measure.steps import rank_summary
 
@@ -49,6 +49,18 @@ def test_ranges_apart_are_a_difference_between_medians():
     assert (v.more, v.less) == ("naive", "coordinated")
     assert "41.0% (median of 3, 40.0-44.0) against 32.5% (median of 2, 30.0-35.0)" in v.text
     assert "one run each" not in v.text
+
+
+def test_a_gap_under_a_point_is_no_difference():
+    """0.14% against 0.06% of the step, one run each: no reader "stalls more", and no
+    heading says so (a difference is DIFF_POINTS or more)."""
+    v = compare("naive", [0.14], "coordinated", [0.06])
+    assert v.more is None and v.less is None
+    assert v.text == ("no clear difference: naive 0.1% against coordinated 0.1%, 0.08 points "
+                      f"apart (a difference is {DIFF_POINTS:g} point or more)")
+    assert heading([v], "naive", "coordinated") == \
+        "naive and coordinated: no clear difference in stall"
+    assert compare("naive", [0.1 + DIFF_POINTS], "coordinated", [0.1]).more == "naive"
 
 
 def test_heading_claims_only_what_every_verdict_says():
@@ -140,7 +152,7 @@ def test_coordinated_stalling_more_is_said_so_everywhere(tmp_path):
         if "coordinated" in f["run"]:
             assert "(the coordinated reader)" not in f["advice"]
             assert "coordinated reader merges" not in f["advice"]
-    stall = {f["run"]: f for f in doc["findings"] if f["rule"] == "stall"}
+    stall = {f["run"]: f for f in doc["findings"] if f["rule"] == "storage"}
     assert "--reader-prefetch" in stall["pfs-inet-lmdb-coordinated-n2"]["advice"]
     assert "(the coordinated reader)" in stall["pfs-inet-lmdb-naive-n2"]["advice"]
     # one definition per figure: the report's is the run's summary.json (the console's)
@@ -158,7 +170,7 @@ def test_coordinated_stalling_more_is_said_so_everywhere(tmp_path):
         assert r["first_wait_s"] == pytest.approx(m["first_step_wait_s_max"])
     # two rank counts: no fit is drawn or promised
     caption = re.search(r"!\[([^]]*)\]\(stall-vs-ranks.png\)", md).group(1)
-    assert "model's fit" not in caption
+    assert "scaling fit for" not in caption
     assert "no fit for coordinated (stall measured at 2 rank count(s) (1, 2); the model " \
            "needs 3)" in caption
     # untraced runs: the empty Darshan table says so and how to trace them
@@ -213,7 +225,8 @@ def test_storage_limit_is_drawn_only_when_given(tmp_path):
         assert json.load(f)["storage_mibs"] is None
     # with three rank counts the fit is drawn, and the caption says so
     fit = re.search(r"!\[([^]]*)\]\(stall-vs-ranks.png\)", md).group(1)
-    assert "the model's fit for coordinated, naive" in fit and "no fit" not in fit
+    assert "the scaling fit for coordinated, naive" in fit and "not a simulation" in fit \
+        and "no fit" not in fit
 
     main(dirs + ["-o", str(tmp_path / "given"), "--report-formats", "md,json", "--no-drishti",
                  "--storage-mibs", "1862"])
@@ -225,6 +238,32 @@ def test_storage_limit_is_drawn_only_when_given(tmp_path):
         doc = json.load(f)
     assert doc["storage_mibs"] == 1862
     assert all(m["bagg"] == 1862 * 2 ** 20 for m in doc["models"].values())
+
+
+def test_one_statistic_for_measured_values_and_captions_from_the_numbers(tmp_path):
+    """Three repeats at 4 ranks, 0, 2 and 30 ms a step slower (their mean is not their
+    median): the scaling fit's check quotes the measured value Table A shows, the median;
+    the heatmap's caption names the run with the largest steady-state stall, with it."""
+    _fixtures()
+    dirs = [_run(f"pfs-inet-lmdb-naive-n{n}", tmp_path / "in") for n in (1, 2)] + \
+        [_run("pfs-inet-lmdb-naive-n4", tmp_path / "in", x, f"naive-n4-r{k}")
+         for k, x in enumerate((0.0, 0.002, 0.03))]
+    a, doc, md = _report(dirs, tmp_path / "out")
+    [row4] = [r for r in doc["tables"]["table-a"] if r["ranks"] == 4]
+    stalls = [a.figures[r.path]["stall_max_s"] for r in a.runs if r.ranks == 4]
+    assert row4["stall_max_s"] == pytest.approx(np.median(stalls))
+    assert abs(np.mean(stalls) - np.median(stalls)) > 0.005   # the premise
+    loo = doc["models"]["naive"]["loo"]
+    assert loo["P"] == 4 and loo["measured_s"] == pytest.approx(row4["stall_max_s"])
+    assert f"against {1000 * row4['stall_max_s']:.2f} ms measured" in md
+    assert doc["measured"] == "the median over the point's repeats" and doc["forecast"] == "fit"
+    assert "## Scaling fit (hpcio.explain.model)" in md and "not a simulation" in md
+    # the heatmap: the run the caption says stalls most is the one that does
+    most = max(a.runs, key=lambda r: a.figures[r.path]["stall_pct_steady"])
+    caption = re.search(r"!\[([^]]*)\]\(heatmap.png\)", md).group(1)
+    assert caption.startswith(f"Rank x step own wait for the batch (every step) of "
+                              f"{most.name}, the run with the largest steady-state stall: "
+                              f"{a.figures[most.path]['stall_pct_steady']:.1f}% of the step")
 
 
 # --- a prediction of hpcio.simulate beside the runs ------------------------------------
@@ -263,6 +302,19 @@ def test_prediction_beside_the_runs(tmp_path, testbed_prediction):
     md = (out / "report.md").read_text()
     assert "## Simulated scaling (hpcio.simulate)" in md
     section = md[md.index("## Simulated scaling"):md.index("## Findings")]
+    # one forecast: the simulation's, no scaling fit beside it (nor drawn)
+    assert "Scaling fit" not in md and "leave-one-out" not in md and "t_stall(P)" not in md
+    with open(out / "summary.json") as f:
+        summary = json.load(f)
+    assert summary["models"] == {} and summary["forecast"] == "simulation"
+    fit = re.search(r"!\[([^]]*)\]\(stall-vs-ranks.png\)", md).group(1)
+    assert "no fit drawn: the simulation is this report's forecast" in fit
+    assert "At the rank counts the runs were made at, a point is that run simulated back" \
+        in section
+    # the measured values it quotes are Table A's (the median over repeats)
+    a4 = {r["reader"]: r for r in summary["tables"]["table-a"] if r["ranks"] == 4}
+    for r in held["points"]:
+        assert r["measured_stall_s"] == pytest.approx(a4[r["reader"]]["stall_max_s"])
     for r in held["points"]:
         assert (f"**{r['reader']}**: simulated at P = 1, 2, 4, 8 (extrapolated past P = 4); "
                 f"held out P=4 (calibrated on P = 1, 2): stall error "
@@ -283,8 +335,10 @@ def test_prediction_beside_the_runs(tmp_path, testbed_prediction):
         assert row == [pt["reader"], str(pt["ranks"]), f"{1000 * pt['stall_s_per_step']:.2f}",
                        f"{pt['au_percent']:.1f}", f"{pt['samples_per_s']:,.1f}",
                        f"{pt['storage_mib_per_s']:,.1f}", str(pt["extrapolated"]),
-                       str(pt["validated"])] + ([pt["dominant"]] if "dominant" in pt else [])
+                       str(pt["validated"]), str(pt["simulated_back"])] + \
+            ([pt["dominant"]] if "dominant" in pt else [])
         assert pt["extrapolated"] == (pt["ranks"] > 4) and pt["validated"]
+        assert pt["simulated_back"] == (pt["ranks"] <= 4)
     with open(out / "table-prediction.csv") as f:
         table = list(csv.DictReader(f))
     for row, pt in zip(table, points):

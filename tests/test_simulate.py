@@ -106,6 +106,32 @@ def test_predict_on_testbed_runs(testbed_prediction):
             assert 0.5 < row["simulated_stall_s"] / row["measured_stall_s"] < 2.0
 
 
+@pytest.mark.mpi  # hpcio.simulate forks its engines
+def test_predict_at_the_runs_rank_counts_is_what_the_validation_simulated_back(
+        testbed_prediction):
+    """At 1, 2 and 4 ranks, where the runs were made, each reader's point is its run as
+    the validation simulated it back: the same stall and AU, not a template's; past them
+    (8) the template's."""
+    out, r = testbed_prediction
+    pred = json.loads((out / "prediction.json").read_text())
+    back = json.loads((out / "validation.json").read_text())["simulated_back"]
+    points = {(p["reader"], p["ranks"]): p for p in pred["points"]}
+    assert len(back) == 6
+    for row in back:
+        p = points[row["reader"], row["ranks"]]
+        assert p["stall_s_per_step"] == row["simulated_stall_s"], (row, p)
+        assert p["au_percent"] == row["simulated_au_percent"], (row, p)
+        assert p["simulated_back"] and not p["extrapolated"]
+    assert {k for k, p in points.items() if not p["simulated_back"]} == \
+        {("naive", 8), ("coordinated", 8)}
+    # the printed table says the same as the validation above it
+    for row in back:
+        line = next(ln for ln in r.stdout.splitlines()
+                    if ln.split()[:2] == [row["reader"], str(row["ranks"])])
+        assert f"{row['simulated_stall_s']:.4f}" in line and \
+            f"{row['simulated_au_percent']:.1f}" in line and "simulated back above" in line
+
+
 def _workload(**kw):
     base = dict(name="w", reader="naive", ranks=4, batch=8, steps=6, records=512,
                 record_bytes=100e3, shuffle="none", seed=0, compute_s=0.01, rest_s=0.0,

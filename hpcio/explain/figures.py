@@ -118,13 +118,15 @@ def simulated(stall, mib, curves, limit, path):
 
 
 def breakdown(rows, path):
-    """Stacked bars per reader and P: compute, exposed fetch, prep, other, seconds per
-    step. rows: [{reader, ranks, compute_s, fetch_s, prep_s, other_s}]."""
+    """Stacked bars per reader and P: compute and the parts of the step that are not (the
+    causes of :mod:`hpcio.explain.verdict`), seconds per step. rows: [{reader, ranks,
+    compute_s, reads_s, prep_s, exchange_s, straggler_s, other_s}]."""
     readers = sorted({r["reader"] for r in rows})
     fig, axes = plt.subplots(1, len(readers), figsize=(3.2 * len(readers) + 1, 3.8),
                              squeeze=False, sharey=True)
-    parts = (("compute_s", "compute", "C2"), ("fetch_s", "exposed fetch", "C3"),
-             ("prep_s", "prep", "C1"), ("other_s", "other", "C7"))
+    parts = (("compute_s", "compute", "C2"), ("reads_s", "storage (reads)", "C3"),
+             ("prep_s", "preprocessing", "C1"), ("exchange_s", "exchange", "C0"),
+             ("straggler_s", "straggler wait", "C4"), ("other_s", "rest", "C7"))
     for ax, reader in zip(axes[0], readers):
         rs = sorted((r for r in rows if r["reader"] == reader), key=lambda r: r["ranks"])
         x = np.arange(len(rs))

@@ -4,7 +4,9 @@ it and a recommendation.
 Two sets, both registries of ``Rule``: Drishti's triggers over what Darshan saw (its
 thresholds: Bez et al., "Drishti: Guiding End-Users in the I/O Optimization Journey",
 PDSW 2022) and rules for training over the run's own step figures and the coverage of its
-trace. A rule returns None when it does not apply or lacks the figures it needs.
+trace. A rule returns None when it does not apply or lacks the figures it needs. What the
+accelerator waits for is one rule per cause, made from :data:`hpcio.explain.verdict.CAUSES`
+(the table that decides a run's cause), so a finding and the run's cause never disagree.
 """
 
 import math
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .tables import SMALL
+from .verdict import AU_PASS, CAUSE_PCT, CAUSES, advice, why_not_busy
 
 __all__ = ["Rule", "Finding", "RULES", "findings"]
 
@@ -50,11 +53,10 @@ IMBALANCE = 0.30
 FILE_STRAGGLER = 0.15
 INDEPENDENT_READS = 1000
 METADATA_S = 30
-STALL_PCT = 10
 STARTUP_POINTS = 10
-AU_PCT = 90
+AU_PCT = AU_PASS
 COVERAGE = 0.5
-STRAGGLER_RATIO = 1.15
+UNEVEN_RATIO = 1.15
 AMPLIFICATION = 2
 _SMALL_SIZE = f"{SMALL >> 20} MiB"
 
@@ -119,22 +121,14 @@ def _metadata(f, d, reader):
                 "open fewer files (pack them) or keep them open across epochs")
 
 
-def _stall(f, d, reader):
-    x = _g(f, "stall_pct_steady")
-    if _ok(x) and x > STALL_PCT:
-        fetch, prep = f["fetch_pct_steady"], f["prep_pct_steady"]
-        if fetch < prep:
-            advice = "preprocessing is the bottleneck: more --threads, or preprocess offline"
-        elif reader == "coordinated":
-            advice = ("the reader is the bottleneck: more requests in flight "
-                      "(--reader-prefetch), larger requests (--reader-option request_bytes=...), "
-                      "or faster storage")
-        else:
-            advice = ("the reader is the bottleneck: prefetch further ahead and read in "
-                      "larger requests (the coordinated reader), or faster storage")
-        return (f"steady-state stall {x:.1f}% of the step (fetch {fetch:.1f}%, prep "
-                f"{prep:.1f}%), {1000 * f['stall_max_s']:.1f} ms per step on the slowest "
-                f"rank", advice)
+def _cause_rule(c):
+    """The finding of cause ``c``: its share of the step at or above CAUSE_PCT."""
+    def check(f, d, reader):
+        x = _g(f, c.part)
+        if _ok(x) and x >= CAUSE_PCT:
+            return (f"{x:.1f}% of the step (steady state) goes to {c.what}: "
+                    f"{c.detail(f)}", advice(c, reader))
+    return check
 
 
 def _startup(f, d, reader):
@@ -151,8 +145,7 @@ def _startup(f, d, reader):
 def _au(f, d, reader):
     x = _g(f, "au_pct")
     if _ok(x) and x < AU_PCT:
-        return (f"AU {x:.1f}% (MLPerf Storage passes at {AU_PCT}%)",
-                "see the stall finding: the accelerator waits for data")
+        return (f"AU {x:.1f}% (MLPerf Storage passes at {AU_PCT:g}%)", why_not_busy(f))
 
 
 def _coverage(f, d, reader):
@@ -170,12 +163,14 @@ def _coverage(f, d, reader):
                                             "reader), which Darshan traces"))
 
 
-def _stragglers(f, d, reader):
+def _uneven(f, d, reader):
     x = _g(f, "straggler_ratio")
-    if _ok(x) and x > STRAGGLER_RATIO:
+    if _ok(x) and x > UNEVEN_RATIO:
         return (f"the slowest rank's step takes {x:.2f}x the median rank's (median over "
-                f"steps)", "find what the slow rank waits on (Table B's slowest rank, the "
-                           "heatmap); balance the data or the node's load")
+                f"steps): the ranks do not step together (with a per-step barrier the others "
+                f"would wait for it, as straggler wait)",
+                "find what the slow rank waits on (Table B's slowest rank, the heatmap); "
+                "balance the data or the node's load")
 
 
 def _amplification(f, d, reader):
@@ -201,14 +196,16 @@ RULES = [
     Rule("no collective reads", "Drishti",
          f"0 collective past {INDEPENDENT_READS:,} MPI-IO reads", _collective),
     Rule("metadata time", "Drishti", f"> {METADATA_S} s per rank", _metadata),
-    Rule("stall", "training", f"> {STALL_PCT}% of the step, steady state", _stall),
+] + [
+    Rule(c.name, "training", f">= {CAUSE_PCT:g}% of the step, steady state", _cause_rule(c))
+    for c in CAUSES
+] + [
     Rule("start-up", "training",
          f"every-step stall > steady-state stall + {STARTUP_POINTS} points", _startup),
-    Rule("AU", "training", f"< {AU_PCT}%", _au),
+    Rule("AU", "training", f"< {AU_PCT:g}%", _au),
     Rule("coverage", "training", f"Darshan sees < {COVERAGE:.0%} of the bytes delivered",
          _coverage),
-    Rule("stragglers", "training", f"max/median rank step time > {STRAGGLER_RATIO}",
-         _stragglers),
+    Rule("uneven ranks", "training", f"max/median rank step time > {UNEVEN_RATIO}", _uneven),
     Rule("read amplification", "training", f"> {AMPLIFICATION}x the bytes delivered",
          _amplification),
 ]

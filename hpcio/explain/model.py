@@ -35,6 +35,8 @@ import math
 
 import numpy as np
 
+from .tables import measured
+
 __all__ = ["nnls", "design", "fit", "predict", "loo", "scaling", "TERMS", "MIN_POINTS"]
 
 TERMS = ("fixed", "bandwidth share", "grows with P", "synchronisation")
@@ -108,15 +110,16 @@ def predict(coef, P, x, b1, bagg, cycle=None):
 
 def loo(P, stall, x, limits, cycle=None):
     """Fit without the largest P (``limits``: B1, Bagg known without it), predict it:
-    {P, measured, predicted, error_s, error_pct, fitted_on}, or None when fewer than two
-    other rank counts remain."""
+    {P, measured (:func:`hpcio.explain.tables.measured` of its repeats), predicted,
+    error_s, error_pct, fitted_on}, or None when fewer than two other rank counts
+    remain."""
     P, stall = np.asarray(P, float), np.asarray(stall, float)
     top = P.max()
     keep = P < top
     if len(np.unique(P[keep])) < 2:
         return None
     coef = fit(P[keep], stall[keep], x, *limits)
-    meas = float(stall[~keep].mean())
+    meas = measured(stall[~keep])
     pred = float(predict(coef, [top], x, *limits, cycle)[0])
     return {"P": int(top), "measured_s": meas, "predicted_s": pred,
             "error_s": pred - meas,

@@ -149,10 +149,15 @@ def prediction_table(pred):
             ("au_percent", "AU %", "{:.1f}"), ("samples_per_s", "samples/s", "{:,.1f}"),
             ("storage_mib_per_s", "storage MiB/s", "{:,.1f}"),
             ("extrapolated", "extrapolated", "{}"), ("validated", "validated", "{}")]
+    if any("simulated_back" in p for p in pred.points):
+        cols.append(("simulated_back", "a run simulated back", "{}"))
     if any("dominant" in p for p in pred.points):
         cols.append(("dominant", "dominant", "{}"))
     rows = [dict(p, stall_ms=1000 * p["stall_s_per_step"]) for p in pred.points]
     return Table("table-prediction", "Simulated points (hpcio.simulate)", cols, rows,
                  note=f"From {pred.path}/prediction.json. Stall per step: "
                       f"{pred.definition or 'as prediction.json defines it'}. Extrapolated: "
-                      f"past the largest rank count the simulation was calibrated on.")
+                      f"past the largest rank count the simulation was calibrated on."
+                      + (" A run simulated back: a rank count the runs were made at, whose "
+                         "point is that run as the validation simulated it back."
+                         if any("simulated_back" in p for p in pred.points) else ""))

@@ -1,14 +1,18 @@
 """The analysis of a set of runs, end to end, and the report it writes.
 
 :func:`analyse` joins the runs' own figures (Table A, C) with what Darshan saw (Table B),
-fits the scaling model per reader and storage (:mod:`hpcio.explain.model`), applies the
-rules (:mod:`hpcio.explain.findings`) and compares, for every rank count where the
-baseline reader ran beside another, which of them stalls more and why
+decides per run what the accelerator waits for (:mod:`hpcio.explain.verdict`'s table of
+causes), applies the rules (:mod:`hpcio.explain.findings`) and compares, for every rank
+count where the baseline reader ran beside another, which of them stalls more and why
 (:mod:`hpcio.explain.verdict`: medians and ranges over repeats). :func:`write` renders
 that into ``report.md``, a self-contained ``report.html`` (figures inline), one CSV per
-table, the PNGs and ``summary.json``, all inside the report directory. Given a prediction
-of ``hpcio.simulate`` (:mod:`hpcio.explain.prediction`), the scaling part sets its
-simulated curve, with what its validation says of it, beside the measured points.
+table, the PNGs and ``summary.json``, all inside the report directory.
+
+One forecast per reader: given a prediction of ``hpcio.simulate``
+(:mod:`hpcio.explain.prediction`), the scaling part is its simulated curve, with what its
+validation says of it, beside the measured points; without one, the scaling fit of
+:mod:`hpcio.explain.model` (labelled a fit, and checked by leaving a rank count out).
+Every measured value quoted is one statistic, :func:`hpcio.explain.tables.measured`.
 """
 
 import base64
@@ -26,12 +30,13 @@ from ..errors import HpcioError
 from ..fsutil import jsonable
 from . import figures as fig
 from .drishti import LEVELS, DrishtiMissing, verdicts
-from .findings import RULES, findings
+from .findings import COVERAGE, RULES, findings
 from .model import scaling
 from .prediction import headline, prediction_table, short_validation, validation_text
-from .tables import (Table, dataset_reads, dxt_shifts, run_figures, table_a, table_b,
-                     table_c)
-from .verdict import Verdict, compare, heading, spread
+from .tables import (MEASURED, Table, dataset_reads, dxt_shifts, measured, run_figures,
+                     table_a, table_b, table_c)
+from .verdict import (CAUSE_PCT, CAUSES, Verdict, cause, cause_text, compare, heading,
+                      shares, spread)
 
 __all__ = ["Analysis", "analyse", "write", "FORMATS"]
 
@@ -56,6 +61,7 @@ class Analysis:
     drishti_version: Optional[str] = None
     storage_mibs: Optional[float] = None          # measured and given, or None
     prediction: Optional[object] = None           # prediction.Prediction, or None
+    causes: Optional[Table] = None                # what each run's accelerator waits for
 
     @property
     def answers(self):
@@ -112,14 +118,14 @@ def _models(scaled, figures, storage_mibs):
         top = max(r.ranks for r in rs)
         limits = _limits(on, figures, storage_mibs)
         x = float(np.mean([f["bytes_step_rank"] for f in fs]))
-        compute = float(np.median([f["compute_s"] for f in fs]))
-        rest = float(np.median([f["rest_s"] for f in fs]))
+        compute = measured([f["compute_s"] for f in fs])
+        rest = measured([f["rest_s"] for f in fs])
         m = scaling([(r.ranks, f["stall_max_s"]) for r, f in zip(rs, fs)], x, limits,
                     _limits([r for r in on if r.ranks < top], figures, storage_mibs),
                     compute, rest, bounded=bool(storage_mibs))
         at_top = [f for r, f in zip(rs, fs) if r.ranks == top]
-        m.update(own_wait_s=float(np.median([f["stall_mean_s"] for f in at_top])),
-                 straggler_s=float(np.median([f["straggler_s"] for f in at_top])))
+        m.update(own_wait_s=measured([f["stall_mean_s"] for f in at_top]),
+                 straggler_s=measured([f["straggler_s"] for f in at_top]))
         m.update(reader=reader, dataset=ds, storage=st, b1=limits[0], bagg=limits[1],
                  limits="given (--storage-mibs)" if storage_mibs else
                  "the most these runs delivered: lower bounds, not the storage's measured "
@@ -155,7 +161,7 @@ def _details(worse, better, fw, fbt):
             f"{worse.name}) against {1000 * fbt['stall_max_s']:.1f} ms for {better.reader} "
             f"(AU {fbt['au_pct']:.1f}%; {better.name}).")
     cov = dw.get("coverage", float("nan"))
-    if cov < 0.5:
+    if cov < COVERAGE:  # the coverage finding's threshold
         text += (f" Darshan saw {100 * cov:.1f}% of the {fw['delivered_bytes'] / 2 ** 20:,.1f}"
                  f" MiB {worse.reader} delivered ({dw.get('posix_bytes_rank', 0):,.0f} B per "
                  f"rank in POSIX, the manifest, index and meta pages): its record reads are "
@@ -182,9 +188,24 @@ def _details(worse, better, fw, fbt):
 
 
 def _typical(rs, figures, key):
-    """The repeat whose figure is nearest the repeats' median: the one details are told of."""
-    med = np.median([figures[r.path][key] for r in rs])
+    """The repeat whose figure is nearest the repeats' measured value (the median): the one
+    details are told of."""
+    med = measured([figures[r.path][key] for r in rs])
     return min(rs, key=lambda r: abs(figures[r.path][key] - med))
+
+
+def _waits_for(a, ra, b, rb, figures):
+    """What each reader's accelerator waits for (the cause rule, per repeat), so that a
+    comparison of stalls is read against what holds the step back."""
+    def one(reader, rs):
+        names = [cause(figures[r.path]) for r in rs]
+        t = _typical(rs, figures, "stall_pct_steady")
+        said = cause_text(figures[t.path])
+        if len(set(names)) > 1:
+            said += f" ({t.name}; its repeats: {', '.join(names)})"
+        return f"{reader}: {said}"
+    return (f"What the accelerator waits for (steady state; a part of the step from "
+            f"{CAUSE_PCT:g}%): {one(a, ra)}. {one(b, rb)}.")
 
 
 def _comparison(ra, rb, figures):
@@ -204,6 +225,7 @@ def _comparison(ra, rb, figures):
                  f"to {wa:.3f} s for {a} and {wb:.3f} s for {b}.")
     worse, better = (ra, rb) if steady.more in (None, a) else (rb, ra)
     w, bt = (_typical(rs, figures, "stall_pct_steady") for rs in (worse, better))
+    text += " " + _waits_for(a, ra, b, rb, figures)
     text += " " + _details(w, bt, figures[w.path], figures[bt.path])
     return {"readers": [a, b], "ranks": P, "every_step": asdict(every),
             "steady": asdict(steady), "text": text}
@@ -238,15 +260,47 @@ def analyse(runs, problems=(), notes=(), baseline="naive", allow_mixed=False,
     figures = {r.path: run_figures(r) for r in runs}
     scaled = _mixed(runs, allow_mixed, problems)
     tables = [table_a(scaled, figures), table_b(runs, figures), table_c(runs, figures)]
-    models = _models(scaled, figures, storage_mibs)
+    # one forecast: the simulation's when given, else the scaling fit
+    models = {} if prediction else _models(scaled, figures, storage_mibs)
     a = Analysis(runs, figures, tables, models, findings(runs, figures),
                  _comparisons(runs, figures, baseline), problems, notes, baseline, scaled,
-                 storage_mibs=storage_mibs, prediction=prediction)
+                 storage_mibs=storage_mibs, prediction=prediction,
+                 causes=table_causes(runs, figures))
     if drishti:
         _drishti(a)
     else:
         a.drishti_said.append("Drishti not run (--no-drishti).")
     return a
+
+
+def table_causes(runs, figures):
+    """Per run: the step split into its parts (steady state) and the cause the rule of
+    :mod:`hpcio.explain.verdict` names."""
+    rows = []
+    for r in runs:
+        f = figures.get(r.path)
+        if not f:
+            continue
+        rows.append({"run": r.name, "reader": r.reader, "ranks": r.ranks,
+                     "au_pct": f["au_pct"], "compute_pct_steady": f["compute_pct_steady"],
+                     **{f"{k}_pct": v for k, v in shares(f).items()},
+                     "cause": cause(f), "why": cause_text(f)})
+    cols = ([("run", "run", "{}"), ("reader", "reader", "{}"), ("ranks", "P", "{}"),
+             ("au_pct", "AU % MLPerf rule", "{:.1f}"),
+             ("compute_pct_steady", "compute %", "{:.1f}")]
+            + [(f"{c.name}_pct", f"{c.name} %", "{:.1f}") for c in CAUSES]
+            + [("cause", "waits for", "{}")])
+    return Table("table-causes", "What the accelerator waits for, per run", cols, rows,
+                 f"Shares of the step over the steady steps (each epoch's first left out, "
+                 f"as AU), all ranks' time summed; they add up to 100. storage: the rank's "
+                 f"own wait for its batch outside preprocessing (the reader's call and the "
+                 f"hand-over); preprocessing: the part of that wait in preprocessing; "
+                 f"exchange: the gradient allreduce itself; straggler: the wait at the "
+                 f"per-step barrier for slower ranks; rest: host-to-device copy, "
+                 f"checkpoints and bookkeeping. A part from {CAUSE_PCT:g}% of the step is a "
+                 f"cause (alone it keeps AU under MLPerf Storage's pass mark); a run waits "
+                 f"for its largest cause, none when no part reaches {CAUSE_PCT:g}% (the "
+                 f"accelerator is busy).", empty="No run with step records.")
 
 
 def _drishti(a):
@@ -291,7 +345,7 @@ def _simulated_figure(a, out):
     path = fig.simulated(_points(a, lambda f: f["stall_max_s"]),
                          _points(a, lambda f: f["mib_s"]), curves, a.storage_mibs,
                          os.path.join(out, _PRED_PNG))
-    return path, ("Measured (points: median and range over repeats) and simulated (lines, "
+    return path, (f"Measured (points: {MEASURED}, and their range) and simulated (lines, "
                   "hpcio.simulate; dashed past the calibrated rank counts) against ranks: "
                   "stall per step on the slowest rank (left; a stall of 0 drawn at 10 us), "
                   "MiB/s (right: delivered by the runs, read from storage in the "
@@ -301,17 +355,29 @@ def _simulated_figure(a, out):
                      "no storage limit drawn: none was given (--storage-mibs)"))
 
 
-def _fit_caption(models):
-    """What the stall figure's lines are: the fits drawn, and why any is missing."""
+def _fit_caption(models, predicted):
+    """What the stall figure's lines are: the fits drawn, and why any is missing (with a
+    prediction: none, the simulation is the forecast)."""
     fitted = sorted(m["reader"] for m in models.values() if m.get("fitted"))
     missing = {m["reader"]: m["why"] for m in models.values() if not m.get("fitted")}
-    text = ("Stall per step (slowest rank, steady state) against ranks: median and range "
-            "over repeats")
+    text = ("Stall per step (slowest rank, steady state) against ranks: points, "
+            f"{MEASURED}, and their range")
+    if predicted:
+        return text + ("; no fit drawn: the simulation is this report's forecast "
+                       "(prediction.png)")
     if fitted:
-        text += f"; lines: the model's fit for {', '.join(fitted)}"
+        text += (f"; lines: the scaling fit for {', '.join(fitted)} (least squares over the "
+                 f"measured points, extrapolated: a fit, not a simulation)")
     if missing:
         text += "; no fit for " + "; ".join(f"{r} ({w})" for r, w in sorted(missing.items()))
     return text
+
+
+def _most_stalled(runs, figures):
+    """The run with the largest steady-state stall share (stall % of the step, the figure
+    the verdicts compare), the larger rank count on a tie; None without runs."""
+    return max(runs, key=lambda r: (figures[r.path]["stall_pct_steady"], r.ranks),
+               default=None)
 
 
 def _draw(a, out):
@@ -326,11 +392,11 @@ def _draw(a, out):
             models = {m["reader"]: m for m in a.models.values()}
             made.append((fig.stall_vs_ranks(series, models,
                                             os.path.join(out, "stall-vs-ranks.png")),
-                         _fit_caption(a.models)))
+                         _fit_caption(a.models, a.prediction is not None)))
             bw = _points(a, lambda f: f["mib_s"])
             made.append((fig.bandwidth(bw, a.storage_mibs, os.path.join(out, "bandwidth.png")),
-                         "Aggregate MiB/s delivered (every step) against ranks: median and "
-                         "range over repeats; "
+                         f"Aggregate MiB/s delivered (every step) against ranks: {MEASURED}"
+                         f" and their range; "
                          + (f"the line: the storage's limit as given, {a.storage_mibs:,.0f} "
                             f"MiB/s (--storage-mibs)" if a.storage_mibs else
                             "no storage limit drawn: none was given (--storage-mibs MIB_S, "
@@ -340,39 +406,45 @@ def _draw(a, out):
             osc["ctx"] = _points(a, lambda f: (f.get("os") or {}).get("nvcsw", np.nan)
                                  + (f.get("os") or {}).get("nivcsw", np.nan))
             made.append((fig.os_counters(osc, os.path.join(out, "os-counters.png")),
-                         "Page faults and context switches per sample delivered against "
-                         "ranks (all ranks, all epochs): median and range over repeats"))
+                         f"Page faults and context switches per sample delivered against "
+                         f"ranks (all ranks, all epochs): {MEASURED} and their range"))
         made.append((fig.breakdown(
             [{"reader": key(r), "ranks": r["ranks"], "compute_s": r["compute_s"],
-              "fetch_s": r["fetch_s"], "prep_s": r["prep_s"],
-              "other_s": r["stall_other_s"] + r.get("straggler_s", 0.0) + r["rest_s"]}
+              "reads_s": r["fetch_s"] + r["stall_other_s"], "prep_s": r["prep_s"],
+              "exchange_s": r["exchange_s"], "straggler_s": r["straggler_s"],
+              "other_s": r["other_s"]}
              for r in rows],
             os.path.join(out, "breakdown.png")),
-            "Seconds per step by P (steady state, medians over repeats): compute, the wait "
-            "for the reader (exposed fetch), preprocessing, the rest (straggler wait and "
-            "exchange included)"))
-    worst = max((r for r in a.runs if a.figures.get(r.path)),
-                key=lambda r: (a.figures[r.path]["stall_max_s"], r.ranks), default=None)
+            f"Seconds per step by P (steady state, mean over ranks; {MEASURED}): "
+            f"compute, and the parts of the table of causes: storage (the own wait outside "
+            f"preprocessing), preprocessing, exchange, straggler wait, rest"))
+    worst = _most_stalled([r for r in a.runs if a.figures.get(r.path)], a.figures)
     if worst is not None:
         s = worst.steps
         stall = s["fetch"] + s["prep"] + s["stall_other"]
-        made.append((fig.heatmap(stall, f"stall per rank and step: {worst.name}",
+        made.append((fig.heatmap(stall, f"own wait per rank and step: {worst.name}",
                                  os.path.join(out, "heatmap.png")),
-                     f"Rank x step stall of the run that stalls most ({worst.name}); "
-                     f"log colour scale"))
+                     f"Rank x step own wait for the batch (every step) of {worst.name}, the "
+                     f"run with the largest steady-state stall: "
+                     f"{a.figures[worst.path]['stall_pct_steady']:.1f}% of the step; log "
+                     f"colour scale"))
     if a.prediction:
         made.append(_simulated_figure(a, out))
     traced = [r for r in a.runs if r.logs and len(r.logs[0].dxt) and a.figures.get(r.path)
               and all(i and "origin_unix" in i for i in r.rank_info)]
     if traced:  # the run that stalls most, and the one whose traced reads took longest
-        most = max(traced, key=lambda r: (a.figures[r.path]["stall_max_s"], r.ranks))
-        busiest = max(traced, key=lambda r: (a.figures[r.path].get("darshan") or {}).get(
-            "dxt_io_s", 0.0))
+        most = _most_stalled(traced, a.figures)
+        io = lambda r: (a.figures[r.path].get("darshan") or {}).get("dxt_io_s", 0.0)
+        busiest = max(traced, key=io)
+        why = {most.path: f"the traced run with the largest steady-state stall, "
+                          f"{a.figures[most.path]['stall_pct_steady']:.1f}% of the step"}
+        if busiest is not most:
+            why[busiest.path] = f"the traced run with the longest reads, {io(busiest):.3f} s"
         for r in [most] + ([busiest] if busiest is not most else []):
             name = f"dxt-steps-{r.name}.png"
             made.append((_dxt_figure(r, os.path.join(out, name)),
-                         f"{r.name}: the waits for a batch (red) against the reads of the "
-                         f"dataset DXT traced (blue), per rank"))
+                         f"{r.name} ({why[r.path]}): the waits for a batch (red) against "
+                         f"the reads of the dataset DXT traced (blue), per rank"))
     return made
 
 
@@ -419,18 +491,29 @@ def _blocks(a, pngs):
     b = [("h", "hpcio analysis"),
          ("p", f"{len(a.runs)} run(s); baseline reader: {a.baseline}. Definitions: "
                "hpcio.measure.steps (step accounting), hpcio.explain.tables (tables), "
-               "hpcio.explain.model (scaling model).")]
+               "hpcio.explain.verdict (verdicts and causes), "
+               + ("hpcio.simulate (the forecast). " if a.prediction else
+                  "hpcio.explain.model (the scaling fit). ")
+               + f"A measured value of a point (a reader at a rank count) is {MEASURED}, "
+                 f"wherever it is quoted.")]
     if a.problems:
         b += [("h", "Gaps in the input"), ("ul", a.problems)]
+    if a.causes is not None:
+        b += [("h", a.causes.title), ("table", a.causes), ("p", a.causes.note)]
     for title, cs in a.comparisons:
         b += [("h", title), ("ul", [c["text"] for c in cs])]
-    b.append(("h", "Scaling model"))
-    if not a.models:
-        b.append(("p", "No run with step records: nothing to fit."))
-    for name, m in a.models.items():
-        b.append(("p", _model_text(name, m)))
     if a.prediction:
         b += _prediction_blocks(a, dict(pngs).get(_PRED_PNG))
+    else:
+        b.append(("h", "Scaling fit (hpcio.explain.model)"))
+        b.append(("p", "A least-squares fit of stall per step against ranks, extrapolated: "
+                       "a fit to the measured points, not a simulation (python -m "
+                       "hpcio.simulate predict, then --prediction, gives the simulated "
+                       "forecast instead)."))
+        if not a.models:
+            b.append(("p", "No run with step records: nothing to fit."))
+        for name, m in a.models.items():
+            b.append(("p", _model_text(name, m)))
     b.append(("h", "Findings"))
     if a.findings:
         b.append(("table", _findings_table(a.findings)))
@@ -480,7 +563,12 @@ def _prediction_blocks(a, caption):
          ("p", f"From {pred.path}" + (f" ({pred.fit})" if pred.fit else "") + ". Stall per "
                f"step: {pred.definition or 'as prediction.json defines it'}. The validation "
                f"is the simulation's own: calibrated without the largest measured rank "
-               f"count, then predicting it.")]
+               f"count, then predicting it."
+               + (" At the rank counts the runs were made at, a point is that run simulated "
+                  "back, as the validation did (the same figures)."
+                  if any(p.get("simulated_back") for p in pred.points) else "")
+               + f" The measured points are {MEASURED}; this is the report's one forecast "
+                 f"(no scaling fit beside it).")]
     line = headline(pred)
     if line:
         b.append(("p", line))
@@ -528,11 +616,11 @@ def _model_text(name, m):
             f"log2 P), x = "
             f"{m['bytes_step_rank']:,.0f} B per step and rank; RMS error "
             f"{1000 * m['rms_error_s']:.2f} ms. At P={m['max_P']}: {terms}; dominant: "
-            f"**{m['dominant']}**. Predicted: {pred}. Stall exceeds compute "
+            f"**{m['dominant']}**. The fit extrapolated: {pred}. Stall exceeds compute "
             f"({1000 * m['compute_s']:.1f} ms per step) "
             + (f"from P = {at}." if at else "at no P up to 2^20.")
             + ("" if m["cycle_s"] else " The storage's limit is unknown (no --storage-mibs):"
-               " the predictions assume it keeps up."))
+               " the extrapolation assumes it keeps up."))
     if m.get("straggler_s"):  # synchronous steps: what the slowest rank costs the others
         text += (f" Measured at P={m['max_P']} (synchronous steps): each rank's own wait "
                  f"{1000 * m['own_wait_s']:.2f} ms per step (mean over ranks), then "
@@ -543,7 +631,7 @@ def _model_text(name, m):
     loo = m.get("loo")
     if loo:
         text += (f" Check (leave-one-out): fitted on P = {', '.join(map(str, loo['fitted_on']))}"
-                 f" only, the model predicts {1000 * loo['predicted_s']:.2f} ms at "
+                 f" only, the fit gives {1000 * loo['predicted_s']:.2f} ms at "
                  f"P={loo['P']} against {1000 * loo['measured_s']:.2f} ms measured: error "
                  f"{1000 * loo['error_s']:+.2f} ms ({_fmt(loo['error_pct'], '{:+.0f}')}%).")
     else:
@@ -645,7 +733,8 @@ def write(a, out, formats=FORMATS):
     """Write the report into ``out`` (see the module docstring); returns the files."""
     os.makedirs(out, exist_ok=True)
     files = []
-    for t in a.tables + ([prediction_table(a.prediction)] if a.prediction else []):
+    for t in a.tables + ([a.causes] if a.causes is not None else []) + \
+            ([prediction_table(a.prediction)] if a.prediction else []):
         files.append(os.path.join(out, f"{t.name}.csv"))
         _csv(t, files[-1])
     pngs = [(os.path.basename(p), c) for p, c in _draw(a, out)]
@@ -664,7 +753,10 @@ def write(a, out, formats=FORMATS):
         doc = {"runs": [r.path for r in a.runs], "baseline": a.baseline,
                "problems": a.problems, "notes": a.notes, "answers": a.answers,
                "comparisons": [{"heading": h, "points": cs} for h, cs in a.comparisons],
-               "storage_mibs": a.storage_mibs,
+               "storage_mibs": a.storage_mibs, "measured": MEASURED,
+               "causes": {r["run"]: {k: v for k, v in r.items() if k != "run"}
+                          for r in (a.causes.rows if a.causes is not None else [])},
+               "forecast": "simulation" if a.prediction else "fit" if a.models else None,
                "models": a.models, "findings": [asdict(f) for f in a.findings],
                "tables": {t.name: t.rows for t in a.tables},
                "drishti": {"version": a.drishti_version, "verdicts": a.drishti,

@@ -4,7 +4,8 @@
   over ranks: what a synchronous allreduce waits on; mean over ranks), stall fraction and
   its fetch/prep split, straggler wait and exchange fractions, AU, samples/s, MiB/s,
   scaling efficiency against the smallest rank count, and the spread of stall and AU over
-  repeats.
+  repeats. A point's value is :func:`measured` of its repeats (the median), and that is
+  the statistic every "measured" figure of the report and of ``hpcio.simulate`` quotes.
 * **B** per run, from its Darshan log, over the dataset's files: bytes and reads per rank by
   module, request sizes, random and misaligned shares, collective MPI-IO, per-rank I/O time
   (PyDarshan's ``agg_time_by_slowest``: the slowest rank's read + write + metadata time),
@@ -23,7 +24,8 @@ from typing import Dict, List
 import numpy as np
 
 __all__ = ["Table", "run_figures", "table_a", "table_b", "table_c", "darshan_figures",
-           "dataset_reads", "dxt_shifts", "exposure", "SMALL"]
+           "dataset_reads", "dxt_shifts", "exposure", "SMALL", "measured", "MEASURED",
+           "STEADY_PARTS"]
 
 SMALL = 1 << 20  # Drishti's small request: < 1 MiB
 # below these a rank's bytes or read time is metadata (an index, a manifest): imbalance
@@ -45,6 +47,28 @@ class Table:
 
 def _nan(x):
     return float("nan") if x is None else float(x)
+
+
+MEASURED = "the median over the point's repeats"
+
+
+def measured(values):
+    """A point's measured value from its repeats' values: the median (:data:`MEASURED`). The
+    one statistic of every "measured" figure: Table A, the figures' points, the scaling
+    fit's check, the simulation's calibration and validation."""
+    return float(np.median(np.asarray(values, float)))
+
+
+# the step split into parts that add up to it, over the steady steps (AU's steps), percent
+# of the step summed over ranks: key -> the step columns it sums (hpcio.measure.steps)
+STEADY_PARTS = {
+    "compute_pct_steady": ("compute",),
+    "reads_pct_steady": ("fetch", "stall_other"),   # the own wait outside preprocessing
+    "prep_pct_steady": ("prep",),
+    "exchange_pct_steady": ("exchange",),
+    "straggler_pct_steady": ("straggler_wait",),
+    "other_pct_steady": ("h2d", "ckpt", "other"),
+}
 
 
 # --- A ---------------------------------------------------------------------------------
@@ -95,11 +119,13 @@ def run_figures(run):
         "exchange_pct": pct(s["exchange"], every),
         "stall_pct_steady": pct(stall_all, m),
         "fetch_pct_steady": pct(s["fetch"], m),
-        "prep_pct_steady": pct(s["prep"], m),
+        **{k: pct(sum(s[c] for c in cols), m) for k, cols in STEADY_PARTS.items()},
         "first_wait_s": float(stall_all[:, first].max()) if first.any() else float("nan"),
         "compute_s": float(comp.mean()),
         "rest_s": float((s["h2d"] + s["exchange"] + s["ckpt"] + s["other"])[:, m].mean()),
         "straggler_s": float(s["straggler_wait"][:, m].mean()),
+        "exchange_s": float(s["exchange"][:, m].mean()),
+        "other_s": float((s["h2d"] + s["ckpt"] + s["other"])[:, m].mean()),
         "fetch_s": float(s["fetch"][:, m].mean()),
         "prep_s": float(s["prep"][:, m].mean()),
         "stall_other_s": float(s["stall_other"][:, m].mean()),
@@ -144,7 +170,7 @@ def table_a(runs, figures):
                "repeats": len(fs)}
         for k in fs[0]:
             v = [f[k] for f in fs]
-            row[k] = float(np.median(v))
+            row[k] = measured(v)
             if len(fs) > 1 and any(k == c[0] for c in cols):
                 row[f"{k}_min"], row[f"{k}_max"] = float(min(v)), float(max(v))
         rows.append(row)

@@ -103,6 +103,8 @@ def _print_points(platform, points, supported, threshold):
         note = []
         if p["extrapolated"]:
             note.append("extrapolated past the runs")
+        if p.get("simulated_back"):
+            note.append("a run made: its point as simulated back above")
         if p["group"] > 1:
             note.append(f"grouped: an actor per {p['group']} ranks, each step one request")
         elif p["aggregated"]:
@@ -127,7 +129,7 @@ def _predict(args):
     first = templates(ws, args.also or [])
     fit, fit_text, held = _fitted(args, platform, ws)
     points, supported = simulate_points(fit, first, args.ranks, args.steps, args.records,
-                                        held is not None, args.au_threshold)
+                                        held is not None, args.au_threshold, ws)
     _print_points(platform, points, supported, args.au_threshold)
     write_prediction(args.output, platform_dict(fit.platform), fit_text, points, supported,
                      fit.residuals, held)
@@ -159,9 +161,12 @@ def build_parser():
     p.add_argument("--from", dest="runs", nargs="+", required=True, metavar="RUN_OR_SWEEP",
                    help="run directories, sweep directories, or directories of runs")
     p.add_argument("--ranks", type=_ranks, required=True, help="e.g. 1,2,4,8,16")
-    p.add_argument("--steps", type=int, default=None, help="steps to simulate (the runs')")
+    p.add_argument("--steps", type=int, default=None,
+                   help="steps to simulate at rank counts no run was made at (the runs'; "
+                        "a rank count that was run is that run simulated back, as validated)")
     p.add_argument("--records", type=int, default=None,
-                   help="dataset records (the runs'; more for many ranks)")
+                   help="dataset records at rank counts no run was made at (the runs'; "
+                        "more for many ranks)")
     p.add_argument("--also", type=_variant, action="append", metavar="READER[:SHUFFLE]",
                    help="also predict a reader the runs did not use, from its reader's runs "
                         "and costs: naive-cursor:none (Caffe's cursor), coordinated:none")

@@ -47,6 +47,8 @@ class Fit:
     platform: object
     params: Dict[str, dict]                 # reader -> {cpu_s, window}
     residuals: List[dict] = field(default_factory=list)
+    # workload name -> (Case, figures): each run as the validation simulated it back
+    simulated: Dict[str, tuple] = field(default_factory=dict)
 
 
 def simulated_figures(case, out):
@@ -214,6 +216,7 @@ def calibrate(workloads, platform):
     for case, f in zip(cases, figs):
         w = case.workload
         if case.platform == fitted and costs(case) == split[w.label]:
+            fit.simulated[w.name] = (case, f)
             fit.residuals.append({"run": w.name, "reader": w.case, "ranks": w.ranks,
                                   "measured_stall_s": w.measured["stall_max_s"],
                                   "simulated_stall_s": f["stall_max_s"],

@@ -117,24 +117,39 @@ def check_scale(ws, platform, ranks, records, scale_out):
                              f"{records or w.records:,} records: give --records")
 
 
-def simulate_points(fit, first, ranks, steps, records, validated, threshold):
+def simulate_points(fit, first, ranks, steps, records, validated, threshold, runs=()):
     """(the points of every template at every count of ``ranks``, {reader: accelerators
     supported at ``threshold`` AU percent}). ``validated``: a held-out check was made
-    (it covers the measured readers only)."""
+    (it covers the measured readers only). ``runs``: the measured workloads; at a rank
+    count a reader ran at, its point is that run simulated back (its own steps and
+    records), the very figures of the validation where the calibration made them
+    (``fit.simulated``): the prediction and its validation say the same of that point."""
     measured_max = max(w.ranks for w in first.values() if w.measured is not None)
+    ran = {(w.case, w.ranks): w for w in runs}
+
+    def case_at(r, n):
+        w = ran.get((r, n))
+        if w is not None:
+            return Case(fit.platform.fit_ranks(n), w, fit.params[w.label])
+        return Case(fit.platform.fit_ranks(n), first[r].at(n, steps, records),
+                    fit.params[first[r].reader if first[r].measured is None
+                               and first[r].reader in fit.params else first[r].label])
 
     def simulate_at(pairs):
-        cases = [Case(fit.platform.fit_ranks(n), first[r].at(n, steps, records),
-                      fit.params[first[r].reader if first[r].measured is None
-                                 and first[r].reader in fit.params else first[r].label])
-                 for r, n in pairs]
+        cases = [case_at(r, n) for r, n in pairs]
         return cases, run_cases(cases)
 
     pairs = [(r, n) for r in sorted(first) for n in ranks]
-    cases, figs = simulate_at(pairs)
-    points = [point(r, c, f, fit.platform, measured_max,
-                    validated and first[r].measured is not None)
-              for (r, _), c, f in zip(pairs, cases, figs)]
+    back = {k: fit.simulated[ran[p].name] for k, p in enumerate(pairs)
+            if p in ran and ran[p].name in fit.simulated}
+    todo = [k for k in range(len(pairs)) if k not in back]
+    cases, figs = simulate_at([pairs[k] for k in todo])
+    done = dict(back)
+    done.update(zip(todo, zip(cases, figs)))
+    points = [dict(point(r, *done[k], fit.platform, measured_max,
+                         validated and first[r].measured is not None),
+                   simulated_back=(r, n) in ran)
+              for k, (r, n) in enumerate(pairs)]
 
     def passes(reader, n):
         _, (f,) = simulate_at([(reader, n)])

@@ -10,7 +10,7 @@ from typing import Optional
 import numpy as np
 
 from ..explain.runs import load_run
-from ..explain.tables import run_figures
+from ..explain.tables import measured as measured_value, run_figures
 from ..errors import HpcioError
 from ..plan import BLOCK, WINDOW, epoch_order
 from ..readers import PATTERNS
@@ -169,7 +169,8 @@ _MEASURED = ("compute_s", "rest_s", "faults_per_sample", "exchange_s", "steady_s
 def median_of_repeats(workloads):
     """One workload per point (same reader, shuffle, ranks, plan): repeats of a point
     replay the same plan, so the simulation runs it once and compares it with the median
-    of what the repeats measured (per figure), as interleaved repeats are meant to be read."""
+    of what the repeats measured (per figure; :func:`hpcio.explain.tables.measured`, the
+    statistic the report quotes), as interleaved repeats are meant to be read."""
     groups = OrderedDict()
     for w in workloads:
         key = (w.case, w.ranks, w.batch, w.steps, w.records, w.seed, w.dataset, w.sync,
@@ -180,10 +181,10 @@ def median_of_repeats(workloads):
         if len(ws) == 1:
             out.append(ws[0])
             continue
-        med = {f: type(getattr(ws[0], f))(np.median([getattr(w, f) for w in ws]))
+        med = {f: type(getattr(ws[0], f))(measured_value([getattr(w, f) for w in ws]))
                for f in _MEASURED}
         keys = set.intersection(*(set(w.measured) for w in ws))
-        measured = {k: float(np.median([w.measured[k] for w in ws])) for k in keys
+        measured = {k: measured_value([w.measured[k] for w in ws]) for k in keys
                     if all(isinstance(w.measured[k], (int, float)) for w in ws)}
         out.append(replace(ws[0], name=f"{ws[0].case} n={ws[0].ranks} (median of {len(ws)})",
                            measured=measured, **med))
