@@ -60,7 +60,8 @@ def measured(values):
 
 
 # the step split into parts that add up to it, over the steady steps (AU's steps), percent
-# of the step summed over ranks: key -> the step columns it sums (hpcio.measure.steps)
+# of each rank's wall, the mean over ranks: key -> the step columns it sums
+# (hpcio.measure.steps)
 STEADY_PARTS = {
     "compute_pct_steady": ("compute",),
     "reads_pct_steady": ("fetch", "stall_other"),   # the own wait outside preprocessing
@@ -92,9 +93,11 @@ def run_figures(run):
     ratio = np.divide(step, med, out=np.ones_like(step), where=med > 0)
     first = s["step"][0] == 0
 
-    def pct(x, mask):
-        tot = s["wall"][:, mask].sum()
-        return 100.0 * float(x[:, mask].sum()) / tot if tot else float("nan")
+    def pct(x, mask):  # each rank's share of its own wall, the mean over ranks (as
+        w = s["wall"][:, mask].sum(axis=1)  # summary.json's split: it adds up to 100)
+        ok = w > 0
+        return 100.0 * float(np.mean(x[:, mask].sum(axis=1)[ok] / w[ok])) if ok.any() \
+            else float("nan")
 
     def rate(x, mask):  # each rank's rate, summed over ranks (DLIO's throughput)
         w = s["wall"][:, mask].sum(axis=1)
