@@ -4,7 +4,9 @@
         [--compute-time 0.005] [--work DIR]
 
 Each repeat runs ``mpiexec -n RANKS python -m hpcio.train --model emulate`` (naive reader,
-packed raw MNIST-sized records, the preset's gradient exchange) once without and once with
+packed raw MNIST-sized records, emulate's default step end: a barrier; the README's figures
+were measured when the default was the mnist preset's LeNet gradient allreduce and the
+cache as it was) once without and once with
 ``--trace``, alternating which goes first; then the same again beside a busy loop
 (``python3 -c 'while 1: pass'``, one core kept busy). The step time of a run is the mean
 step wall over every rank and step (rank-<r>.npz); the overhead is the median over repeats

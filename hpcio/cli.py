@@ -4,6 +4,7 @@ import argparse
 import difflib
 import math
 import os
+import re
 import sys
 from importlib import import_module
 
@@ -13,7 +14,8 @@ from .errors import HpcioError
 
 __all__ = ["ArgumentParser", "HelpFormatter", "ExamplesFormatter", "load_config", "rank0",
            "integer", "number", "seconds", "positive", "fraction", "au_percent", "shape",
-           "MAX_SECONDS", "parse_key_values", "add_renamed", "COMMANDS", "split_reader_spec",
+           "bandwidth", "latency", "fabric", "fabric_text", "MAX_SECONDS", "parse_key_values",
+           "add_renamed", "COMMANDS", "split_reader_spec",
            "reader_options", "reader_spec", "add_reader_arguments", "add_plan_arguments",
            "command_options", "misplaced_hint"]
 
@@ -152,6 +154,96 @@ def shape(text):
         return tuple(int(v) for v in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"not HxWxC: {text!r}")
+
+
+# ---- a declared network: --exchange-fabric BANDWIDTH[,LATENCY] ------------------------------
+# Units are case-sensitive where case means something: B is a byte and b a bit (Gb/s and
+# Gbit/s are gigabits, as InfiniBand and Ethernet rates are given); k/K, M, G, T are powers
+# of 1000, Ki, Mi, Gi, Ti of 1024. A plain number is bytes/s (a bandwidth) or seconds (a
+# latency): the units every figure of a run is recorded in.
+_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+           "Ki": 2.0 ** 10, "Mi": 2.0 ** 20, "Gi": 2.0 ** 30, "Ti": 2.0 ** 40}
+_PER_S = {"B/s": 1.0, "bit/s": 0.125, "b/s": 0.125, "bps": 0.125}
+_RATE_UNITS = {"": 1.0, **{p + u: f * m for p, f in _PREFIX.items()
+                            for u, m in _PER_S.items()}}
+# as divisors: 10 / 1e6 is 1e-05 exactly, 10 * 1e-6 is not
+_TIME_UNITS = {"": 1.0, "s": 1.0, "ms": 1e3, "us": 1e6, "\u00b5s": 1e6, "ns": 1e9}
+_NUMBER = re.compile(r"\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S*)\s*$")
+_RATE_HELP = "e.g. 25GB/s, 100Gbit/s, 12.5GiB/s; a plain number is bytes/s"
+_TIME_HELP = "e.g. 2us, 1.5ms; a plain number is seconds"
+
+
+def _quantity(text, units, what, example, divide=False):
+    """(value, unit) of ``NUMBER[UNIT]``, times its factor in ``units`` (``divide``: over
+    it); an argparse error otherwise."""
+    if isinstance(text, bool):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a {what} ({example})")
+    if isinstance(text, (int, float)):
+        try:
+            text = repr(float(text))
+        except OverflowError:
+            raise argparse.ArgumentTypeError(f"{what} {text!r} is not finite") from None
+    m = _NUMBER.match(str(text))
+    if not m:
+        raise argparse.ArgumentTypeError(f"{str(text)!r} is not a {what} ({example})")
+    value, unit = float(m.group(1)), m.group(2)
+    if unit not in units:
+        raise argparse.ArgumentTypeError(f"{str(text)!r}: unknown {what} unit {unit!r} "
+                                         f"({example})")
+    value = value / units[unit] if divide else value * units[unit]
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{what} {str(text).strip()!r} is not finite")
+    return value, unit
+
+
+def bandwidth(text):
+    """A bandwidth in bytes/s from ``25GB/s``, ``100Gbit/s``, ``3e9`` (see the units above);
+    finite and > 0."""
+    v, _ = _quantity(text, _RATE_UNITS, "bandwidth", _RATE_HELP)
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"bandwidth {str(text).strip()!r} must be > 0")
+    return v
+
+
+def latency(text):
+    """A latency in seconds from ``2us``, ``1.5ms``, ``0``; finite, 0 to MAX_SECONDS."""
+    v, _ = _quantity(text, _TIME_UNITS, "latency", _TIME_HELP, divide=True)
+    if v < 0 or v > MAX_SECONDS:
+        raise argparse.ArgumentTypeError(f"latency {str(text).strip()!r} must be "
+                                         f"{_range(0, MAX_SECONDS)} s")
+    return v + 0.0  # -0 is 0
+
+
+def fabric(text):
+    """``BANDWIDTH[,LATENCY]`` -> {"bandwidth_bytes_per_s", "latency_s"} (latency 0 when
+    left out): the network an emulated allreduce's time is computed for. Also takes that
+    mapping back (a config file) and a plain number (bytes/s)."""
+    if isinstance(text, dict):
+        try:
+            return {"bandwidth_bytes_per_s": bandwidth(text["bandwidth_bytes_per_s"]),
+                    "latency_s": latency(text.get("latency_s", 0))}
+        except KeyError:
+            raise argparse.ArgumentTypeError("a fabric mapping needs bandwidth_bytes_per_s")
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return {"bandwidth_bytes_per_s": bandwidth(text), "latency_s": 0.0}
+    parts = str(text).split(",")
+    if len(parts) > 2 or not parts[0].strip() or (len(parts) == 2 and not parts[1].strip()):
+        raise argparse.ArgumentTypeError(f"{str(text)!r} is not BANDWIDTH[,LATENCY] "
+                                         f"(e.g. 25GB/s,2us or 100Gbit/s)")
+    return {"bandwidth_bytes_per_s": bandwidth(parts[0]),
+            "latency_s": latency(parts[1]) if len(parts) == 2 else 0.0}
+
+
+def fabric_text(f):
+    """``25 GB/s, 2 us`` for a :func:`fabric` mapping (decimal units, as declared)."""
+    bw = f["bandwidth_bytes_per_s"]
+    unit, scale = next(((u, s) for u, s in (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6),
+                                            ("kB/s", 1e3)) if bw >= s), ("B/s", 1.0))
+    lat = f["latency_s"]
+    lunit, lscale = next(((u, s) for u, s in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6))
+                          if lat >= s), ("ns", 1e-9))
+    return f"{bw / scale:.4g} {unit}, {lat / lscale:.4g} {lunit}" if lat else \
+        f"{bw / scale:.4g} {unit}, no latency"
 
 
 def parse_key_values(items, flag):

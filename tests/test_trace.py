@@ -91,7 +91,8 @@ def test_two_ranks_trace_their_steps(tmp_path, ds):
     out = tmp_path / "run"
     p = run_mpi(2, TRAIN + ["--data", ds.root, "--model", "emulate", "--reader", "naive",
                             "--batch", 4, "--steps", 6, "--epochs", 2, "--compute-time",
-                            0.005, "--checkpoint-every", 4, "--trace", "--out", out])
+                            0.005, "--checkpoint-every", 4, "--trace", "--out", out,
+                            "--exchange-model", "lenet"])  # an allreduce: its events too
     assert p.returncode == 0, _fail(p)
     assert f"\n  trace: {out / 'trace'}/rank-<r>.pfw.gz (DFTracer's format)\n" in p.stdout
     for r in range(2):

@@ -54,6 +54,11 @@ def _fail(p):
     return f"exit {p.returncode}\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}"
 
 
+def _title(p):
+    """The summary's first line, as rank 0 printed it (progress lines aside)."""
+    return next(ln for ln in p.stdout.splitlines() if ln.startswith("hpcio.train: "))
+
+
 def check_run(out, ranks, steps, epochs, batch, cut_short=False):
     """The run directory is complete and its files agree with each other."""
     names = set(os.listdir(out))
@@ -132,10 +137,17 @@ def test_every_model_and_reader_completes(tmp_path, data, model, reader):
     s = check_run(out, 2, steps, epochs, batch)
     assert s["metrics"]["au_excludes_first_step"] is (not heavy)
     assert "AU %" in p.stdout and str(out) in p.stdout
-    # emulate exchanges its preset's model's gradients; DDP's exchange is inside compute
+    # the data are read cold unless asked otherwise, and the summary's first line says so
+    assert _title(p).startswith(f"hpcio.train: {model} on 2 rank(s), reader {reader}, "
+                                f"cache cold, "), p.stdout
+    assert s["cache"]["mode"] == "cold"
+    # emulate ends each step in a barrier (DLIO's step), no gradients: straggler wait and
+    # no exchange; DDP's exchange is inside compute
     z = np.load(out / "rank-0.npz")
     if model == "emulate":
-        assert s["exchange"]["bytes"] == 4 * 431_080 and (z["exchange"] > 0).all()
+        assert s["exchange"]["mode"] == "barrier" and s["exchange"]["bytes"] == 0
+        assert (z["straggler_wait"] > 0).all() and not z["exchange"].any()
+        assert "gradient exchange: barrier only: a zero-byte barrier over gloo" in p.stdout
     else:
         assert s["exchange"]["bytes"] is None and "inside compute" in s["exchange"]["what"]
         assert not z["straggler_wait"].any() and not z["exchange"].any()
@@ -203,23 +215,42 @@ def test_accounting_adds_up_with_emulated_steps(tmp_path, data):
     assert summary["metrics"]["au_percent"] == pytest.approx(100 * np.mean(aus), rel=1e-9)
 
 
-@pytest.mark.parametrize("via", ["gloo", "mpi"])
+FABRIC_BYTES, FABRIC = 4_000_000, "1GB/s,10us"
+RING_S = 2 * (2 - 1) / 2 * FABRIC_BYTES / 1e9 + 2 * (2 - 1) * 10e-6  # 4.02 ms
+
+
+@pytest.mark.parametrize("via", ["gloo", "mpi", "fabric"])
 def test_fast_rank_waits_for_the_slow_one_in_the_exchange(tmp_path, data, via):
     """Ranks draw different compute times each step (seeded per rank): in every step the
-    rank that finished early waits in the exchange for the other, as long as the other's
-    extra time, and that is straggler wait, not its own wait for data."""
+    rank that finished early waits in the barrier for the other, as long as the other's
+    extra time, and that is straggler wait, not its own wait for data; the allreduce that
+    follows is measured over gloo or MPI, or is the ring's time on a declared fabric (a
+    sleep after the barrier: the straggler wait still shows apart)."""
     ds = data("packed", records=256)
     out = tmp_path / "run"
     mean, std, steps = 0.04, 0.015, 24
+    how = (["--exchange-bytes", FABRIC_BYTES, "--exchange-fabric", FABRIC]
+           if via == "fabric" else ["--exchange-model", "lenet", "--exchange-via", via])
     p = run_mpi(2, TRAIN + ["--data", ds.root, "--model", "emulate", "--reader", "memory",
                             "--compute-time", mean, "--compute-dist", "uniform",
                             "--compute-std", std, "--seed", 5, "--batch", 4,
-                            "--steps", steps, "--exchange-via", via, "--out", out])
+                            "--steps", steps, "--out", out] + how)
     assert p.returncode == 0, _fail(p)
     s = check_run(out, 2, steps, 1, 4)
-    assert s["exchange"] == {"bytes": 4 * 431_080, "via": via,
-                             "what": "1,724,320 bytes: lenet's gradients (the mnist preset's "
-                                     "model)"}
+    if via == "fabric":
+        assert s["exchange"] == {
+            "mode": "fabric", "bytes": FABRIC_BYTES, "via": "gloo",
+            "fabric": {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-5,
+                       "allreduce_s": pytest.approx(RING_S)},
+            "what": "4,000,000 bytes (--exchange-bytes), emulated on fabric 1 GB/s, 10 us: a "
+                    "ring allreduce of 4.020 ms per step at 2 ranks (a sleep after the "
+                    "barrier over gloo)"}
+    else:
+        assert s["exchange"] == {
+            "mode": "measured", "bytes": 4 * 431_080, "via": via, "fabric": None,
+            "what": f"1,724,320 bytes: lenet's gradients (--exchange-model), measured via "
+                    f"{via} (all ranks on one node: loopback through the host's memory, not "
+                    f"a network; --exchange-fabric emulates one)"}
     z = [np.load(out / f"rank-{r}.npz") for r in range(2)]
     keep = z[0]["step"] != 0  # the first step waits for the pipeline's start
     # each rank's time to the exchange; the one that got there first waits the difference
@@ -241,17 +272,26 @@ def test_fast_rank_waits_for_the_slow_one_in_the_exchange(tmp_path, data, via):
         own = (x["fetch"] + x["prep"] + x["stall_other"])[keep]
         assert np.median(own) < 0.002  # the memory reader: each batch is ready
         assert (x["exchange"] > 0).all()
+        if via == "fabric":  # the ring's time, slept: never shorter, late by a wake-up
+            assert (x["exchange"] >= RING_S - 1e-4).all(), x["exchange"]
+            assert np.median(x["exchange"]) <= RING_S + 0.003, x["exchange"]
     m = s["metrics"]
     assert m["straggler_wait_percent"] > 5 and m["exchange_percent"] > 0
-    assert "straggler wait / exchange %" in p.stdout and f"over {via}" in p.stdout
+    assert "straggler wait / exchange %" in p.stdout
+    assert f"gradient exchange: {s['exchange']['what']}" in p.stdout
 
 
 def test_no_exchange_keeps_steps_independent(tmp_path, data):
+    """--exchange-model none: no barrier either. (Warm, as asked: the summary's first line
+    says the data were read from the page cache.)"""
     ds = data("packed")
     out = tmp_path / "run"
     p = run_mpi(2, TRAIN + ["--data", ds.root, "--model", "emulate", "--batch", 4,
-                            "--steps", 5, "--exchange-model", "none", "--out", out])
+                            "--steps", 5, "--exchange-model", "none", "--cache", "warm",
+                            "--out", out])
     assert p.returncode == 0, _fail(p)
+    assert ("reader coordinated, cache warm [DATA IN THE PAGE CACHE: 100% at the start, "
+            "reads came from memory], batch 4") in _title(p), p.stdout
     s = check_run(out, 2, 5, 1, 4)
     assert s["exchange"]["bytes"] is None and s["metrics"]["straggler_wait_percent"] == 0
     for r in range(2):

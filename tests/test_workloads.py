@@ -122,7 +122,11 @@ def test_flags_override_the_workload_in_train_options(tmp_path):
     a = parse_args(["--workload", cfg, "--data", "x", "--batch", "9", "--au-threshold",
                     "50"])
     assert (a.batch, a.au_threshold, a.compute_time, a.epochs) == (9, 50.0, 0.002, 2)
-    assert a.model == "emulate" and a.preprocess == "off" and a.exchange_bytes == 0
+    # DLIO's step: emulate's default end, the barrier alone; an allreduce may be added
+    assert a.model == "emulate" and a.preprocess == "off" and a.exchange_bytes is None
+    a = parse_args(["--workload", cfg, "--data", "x", "--exchange-model", "resnet50",
+                    "--exchange-fabric", "25GB/s,2us"])
+    assert a.exchange_model == "resnet50" and a.exchange_fabric["latency_s"] == 2e-6
 
 
 @pytest.mark.hostile

@@ -22,7 +22,9 @@ from .probes import meminfo
 __all__ = ["WORKLOAD_KEYS", "WORKLOAD_VERSION", "workload", "workload_hash", "git_state",
            "host_memory", "provenance"]
 
-WORKLOAD_VERSION = 1  # part of the hash: a new definition of the workload hashes apart
+# part of the hash: a new definition of the workload hashes apart (2: the emulated
+# allreduce's declared fabric, exchange.fabric, joined the model's settings)
+WORKLOAD_VERSION = 2
 # group -> config.yaml keys (``dataset.x``: a key of config's dataset block)
 WORKLOAD_KEYS = {
     "dataset": ("dataset.format", "dataset.encoding", "dataset.shape", "dataset.dtype",
@@ -31,7 +33,8 @@ WORKLOAD_KEYS = {
     "plan": ("batch", "shuffle", "seed", "epochs", "steps_per_epoch", "drop_last", "block",
              "window"),
     "model": ("model", "compute_time", "compute_dist", "compute_std", "exchange.bytes",
-              "exchange.via", "checkpoint_every", "preprocess", "augment", "offline"),
+              "exchange.via", "exchange.fabric", "checkpoint_every", "preprocess",
+              "augment", "offline"),
     "reader": ("reader", "reader_options"),
     "job": ("ranks",),
 }

@@ -5,8 +5,8 @@ the components add up to the step's wall time exactly)::
 
     t0 step start ─ wait for the next prepared batch ─ t1 ─ host-to-device copy ─ t2
        ─ forward + backward + optimiser step (device-synchronised; DDP's gradient
-         allreduce inside it; for ``emulate`` the sleep) ─ t3 ─ emulate's gradient exchange:
-         barrier ─ t4 ─ allreduce ─ t5 ─ checkpoint, if due ─ t6 ─ bookkeeping ─ t7
+         allreduce inside it; for ``emulate`` the sleep) ─ t3 ─ emulate's step end:
+         barrier ─ t4 ─ allreduce, if asked ─ t5 ─ checkpoint, if due ─ t6 ─ bookkeeping ─ t7
     and t7 is the next step's t0.
 
 ==============  =============================================================================
@@ -20,7 +20,8 @@ h2d             t2 - t1: host-to-device copy (synchronised on GPU; ~0 on CPU)
 compute         t3 - t2: what an accelerator would be busy with
 straggler_wait  t4 - t3: waiting in the exchange for the slowest rank to arrive: a zero-byte
                 barrier that ends when the last rank has entered it
-exchange        t5 - t4: the gradient allreduce itself, every rank present
+exchange        t5 - t4: the gradient allreduce itself, every rank present (emulate: 0
+                unless asked for; on --exchange-fabric the emulated allreduce's sleep)
 ckpt            t6 - t5: checkpoint written in this step (0 in most steps, and on ranks > 0)
 other           t7 - t6: harness bookkeeping (records, stop vote, progress bar)
 wall            t7 - t0 = fetch + prep + stall_other + h2d + compute + straggler_wait
@@ -39,8 +40,12 @@ MPICH's global lock an MPI barrier would also wait for the coordinated reader's 
 reads on its I/O thread, and charge them to the straggler wait
 (:mod:`hpcio.train.exchange`).
 
-Where each is measured: ``emulate`` exchanges a buffer the size of a model's gradients
-(:mod:`hpcio.train.exchange`) after its sleep, so both columns are measured. Real models
+Where each is measured: ``emulate`` ends every step in the barrier, as DLIO's step does, so
+``straggler_wait`` is measured and ``exchange`` is 0 by default (its compute time stands for
+the whole accelerator step, overlapped allreduce included); asked for a gradient allreduce
+(:mod:`hpcio.train.exchange`), ``exchange`` is that allreduce after the barrier: measured
+over its transport, or, on a declared ``--exchange-fabric``, the sleep for the allreduce's
+time there (as the rank saw it: a loaded machine wakes it late). Real models
 under DDP overlap the allreduce with backward, bucket by bucket: the exchange and the wait
 for stragglers happen inside ``compute`` and cannot be cut out of it without changing what
 is measured, so there ``straggler_wait`` and ``exchange`` are 0 and ``compute`` includes

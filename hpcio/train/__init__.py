@@ -1,6 +1,7 @@
 """Training: ``python -m hpcio.train`` (:mod:`.trainer`), its options (:mod:`.options`),
 the gradient exchange (:mod:`.dist`), models (:mod:`.models`, and the emulated step in
-:mod:`.emulate`, its compute times in :mod:`.computetime`), preprocessing
+:mod:`.emulate`, its compute times in :mod:`.computetime`, its barrier and opt-in
+allreduce in :mod:`.exchange`), preprocessing
 (:mod:`.pipeline`, :mod:`.decode`), checkpoints and the stop vote (:mod:`.stop`).
 
 Its names load on first use: ``python -m hpcio.train`` imports this package first, and

@@ -1,18 +1,38 @@
-"""The emulated model's gradient exchange: every step, an allreduce of a buffer the size of
-a model's gradients, as data-parallel training does it.
+"""The emulated step's end: every rank waits for the others in a barrier, as DLIO's step
+does, and, when asked, a gradient allreduce follows, its time emulated on a declared fabric
+or measured on a transport.
 
-Without it emulated ranks step independently, and a run understates what a job loses at
-scale: in real training every rank waits for the slowest rank's batch each step (DLIO puts
-a barrier in every step for the same reason). Each step the exchange first waits in a
-zero-byte barrier for every rank to arrive (the *straggler wait*), then allreduces the
-buffer (the *exchange*); :mod:`hpcio.measure.steps` says why the barrier and what it costs.
+Why a barrier and no gradients by default: DLIO's and MLPerf Storage's ``computation_time``
+is an accelerator's whole step, measured on real training, where the gradient allreduce
+overlaps the backward pass; an allreduce added after the emulated compute counts the
+exchange twice and, on one node, measures the host's memory bandwidth rather than a
+network. What synchronous training does add, whatever the model, is that each step lasts
+as long as the slowest rank's: so each step ends in a zero-byte barrier, and the time a rank
+waits there for the others is its *straggler wait* (:mod:`hpcio.measure.steps` says why a
+barrier and what it costs). With one rank there is nothing to wait for, and nothing is done.
 
-The size (``--exchange-bytes N``, or ``--exchange-model``): the named model's float32
-gradients, its reference parameter count x 4 bytes; by default the model of the preset the
-dataset was made from (:data:`PRESET_MODELS`); ``none``, or data that name no preset,
-keeps independent steps.
+What ends the step (``exchange.mode`` in config.yaml and summary.json, with the sizes):
 
-Transports (``--exchange-via``), in a registry:
+* ``barrier`` (the default; also ``--exchange-bytes 0``): the barrier only.
+* ``fabric`` (``--exchange-model M`` or ``--exchange-bytes N``, with ``--exchange-fabric
+  BANDWIDTH[,LATENCY]``): after the barrier, a sleep for a ring allreduce of the bytes on
+  that fabric, :func:`ring_allreduce_s`: 2(P-1)/P x bytes / bandwidth + 2(P-1) x latency.
+  The barrier comes first, so the straggler wait still shows apart from the exchange; no
+  buffer is allocated, so any model size emulates on any node.
+* ``measured`` (a size without ``--exchange-fabric``): the allreduce is done for real over
+  ``--exchange-via`` and timed. Why this, when no fabric is declared: the option asks for
+  an allreduce of N bytes, and doing one is what it always did (scripts that pass it keep
+  their meaning); on several nodes it measures the job's own network, and a time for a
+  fabric nobody declared would be a made-up figure. On one node it measures loopback
+  through the host's memory, not a network: the summary says so in its exchange line.
+* ``none`` (``--exchange-model none``): ranks step independently, no barrier.
+
+The size: ``--exchange-bytes N``, or ``--exchange-model``: the named model's float32
+gradients, its reference parameter count x 4 bytes. Nothing is derived from the data's
+preset any more: the step the workloads define has no gradient exchange.
+
+Transports (``--exchange-via``, for the barrier always and a measured allreduce), in a
+registry:
 
 * ``gloo`` (default): ``torch.distributed`` over gloo, on host memory. Its TCP transport
   takes no MPI lock. MPICH's MPI_THREAD_MULTIPLE serialises every MPI call of a process
@@ -26,8 +46,8 @@ Transports (``--exchange-via``), in a registry:
 * ``mpi``: ``MPI_Barrier`` + ``MPI_Allreduce`` on a duplicate of the job's communicator,
   host memory: the faster transfer, where the reader's MPI-IO cannot hold it up.
 
-The buffer lives in host memory whatever the device: the emulated model has no device
-work, and a host exchange needs no GPU per rank.
+A measured buffer lives in host memory whatever the device: the emulated model has no
+device work, and a host exchange needs no GPU per rank.
 """
 
 import math
@@ -37,41 +57,82 @@ import time
 
 import numpy as np
 
+from ..cli import MAX_SECONDS, fabric_text
 from ..errors import HpcioError, lookup
 from ..measure.probes import mem_available
 from .dist import init_process_group
 from .models import MODELS
 
-__all__ = ["PRESET_MODELS", "EXCHANGE_MODELS", "TRANSPORTS", "exchange_size",
-           "check_fits", "make_exchange", "NoExchange", "GlooExchange", "MpiExchange"]
+__all__ = ["EXCHANGE_MODELS", "TRANSPORTS", "MODES", "exchange_size", "ring_allreduce_s",
+           "exchange_plan", "check_fits", "make_exchange", "NoExchange", "GlooExchange",
+           "MpiExchange", "FabricExchange"]
 
-# the model each synthetic preset's data is trained with (Lim et al. 2016's pairs; ResNet-50
-# for ImageNet, as MLPerf's)
-PRESET_MODELS = {"mnist": "lenet", "cifar10": "cifar-quick", "imagenet": "resnet50"}
 EXCHANGE_MODELS = (*MODELS, "none")
 GRAD_BYTES = 4  # float32 gradients
+#: what ends an emulated step (the module docstring)
+MODES = ("barrier", "fabric", "measured", "none")
 
 _now = time.perf_counter
 
 
-def exchange_size(model, nbytes, manifest):
-    """(bytes per step or None for no exchange, where the size comes from: words for the
-    summary) from ``--exchange-model``, ``--exchange-bytes`` and the data's manifest."""
+def exchange_size(model, nbytes):
+    """(bytes per step, or None for independent steps, and where the size comes from: words
+    for the summary) from ``--exchange-model`` and ``--exchange-bytes``; neither: 0, the
+    barrier alone."""
     if nbytes is not None:
         return int(nbytes), f"{int(nbytes):,} bytes (--exchange-bytes)"
     if model is None:
-        preset = manifest.get("preset")
-        model = PRESET_MODELS.get(preset)
-        if model is None:
-            return None, ("none: the data name no preset to take a model from "
-                          "(--exchange-model or --exchange-bytes sets one)")
-        why = f"the {preset} preset's model"
-    else:
-        why = "--exchange-model"
+        return 0, "no gradients"
     if model == "none":
         return None, "none (--exchange-model none): ranks step independently"
     n = MODELS[model].params * GRAD_BYTES
-    return n, f"{n:,} bytes: {model}'s gradients ({why})"
+    return n, f"{n:,} bytes: {model}'s gradients (--exchange-model)"
+
+
+def ring_allreduce_s(ranks, nbytes, bandwidth, latency=0.0):
+    """Seconds a ring allreduce of ``nbytes`` takes on ``ranks`` ranks over links of
+    ``bandwidth`` bytes/s and ``latency`` s: each rank sends and receives 2(P-1)/P of the
+    bytes in 2(P-1) steps (reduce-scatter, then all-gather), each step paying the latency.
+    0 for one rank. (:meth:`hpcio.simulate.platform.Platform.exchange_s` charges the same.)"""
+    if ranks <= 1:
+        return 0.0
+    return 2 * (ranks - 1) / ranks * nbytes / bandwidth + 2 * (ranks - 1) * latency
+
+
+def exchange_plan(model, nbytes, via, fabric, ranks, nodes=1):
+    """What ends each emulated step, for config.yaml, the summary and
+    :func:`make_exchange`: {"mode" (:data:`MODES`), "bytes" (per step; None: no
+    synchronisation), "via" (the barrier's transport, and the allreduce's when measured),
+    "fabric" (the declared fabric and ``allreduce_s``, the per-step time emulated; else
+    None), "what" (one line for the summary)}. ``fabric``: a :func:`hpcio.cli.fabric`
+    mapping or None."""
+    size, words = exchange_size(model, nbytes)
+    if size is None:
+        return {"mode": "none", "bytes": None, "via": "none", "fabric": None, "what": words}
+    if ranks == 1:
+        return {"mode": "none", "bytes": None, "via": "none", "fabric": None,
+                "what": "none: one rank"}
+    if fabric is not None:
+        secs = ring_allreduce_s(ranks, size, fabric["bandwidth_bytes_per_s"],
+                                fabric["latency_s"])
+        if secs > MAX_SECONDS:
+            raise HpcioError(f"--exchange-fabric {fabric_text(fabric)}: an allreduce of "
+                             f"{size:,} bytes on {ranks} ranks would take {secs:.3g} s per "
+                             f"step (at most {MAX_SECONDS:g})", everywhere=True)
+        return {"mode": "fabric", "bytes": size, "via": via,
+                "fabric": dict(fabric, allreduce_s=secs),
+                "what": f"{words}, emulated on fabric {fabric_text(fabric)}: a ring "
+                        f"allreduce of {1000 * secs:.3f} ms per step at {ranks} ranks (a "
+                        f"sleep after the barrier over {via})"}
+    if size == 0:
+        why = "" if nbytes is None else " (--exchange-bytes 0)"
+        return {"mode": "barrier", "bytes": 0, "via": via, "fabric": None,
+                "what": f"barrier only{why}: a zero-byte barrier over {via} every step, no "
+                        f"gradients exchanged (DLIO's step)"}
+    where = (" (all ranks on one node: loopback through the host's memory, not a network; "
+             "--exchange-fabric emulates one)" if nodes == 1 else "")
+    return {"mode": "measured", "bytes": size, "via": via, "fabric": None,
+            "what": f"{words}, measured via {via}{where}"}
 
 
 def _too_big(nbytes, world):
@@ -116,8 +177,9 @@ class GlooExchange(NoExchange):
         try:
             self.td.barrier()
             t = _now()
-            if self.buf is not None:
-                self.td.all_reduce(self.buf)
+            if self.buf is None:  # the barrier alone: no exchange, exactly
+                return t, t
+            self.td.all_reduce(self.buf)
         except RuntimeError as e:  # gloo's lost peer: say which node, in one line
             raise HpcioError(lost_peer(str(e), self.hosts) or str(e), once=self.said) from None
         return t, _now()
@@ -143,14 +205,37 @@ class MpiExchange(NoExchange):
     def __call__(self, arrived):
         self.comm.Barrier()
         t = _now()
-        if self.buf is not None:
-            self.comm.Allreduce(self.MPI.IN_PLACE, self.buf, op=self.MPI.SUM)
+        if self.buf is None:  # the barrier alone: no exchange, exactly
+            return t, t
+        self.comm.Allreduce(self.MPI.IN_PLACE, self.buf, op=self.MPI.SUM)
         return t, _now()
 
     def close(self):
         if self.comm is not None:
             self.comm.Free()
             self.comm = None
+
+
+class FabricExchange(NoExchange):
+    """The barrier over a transport, then a sleep of ``seconds``: the allreduce's time on a
+    declared fabric. The exchange component is the sleep as the rank saw it (a loaded
+    machine wakes it late); config.yaml's ``exchange.fabric.allreduce_s`` is the time
+    asked for."""
+
+    name = "fabric"
+
+    def __init__(self, barrier, seconds):
+        self.barrier, self.seconds = barrier, float(seconds)
+
+    def __call__(self, arrived):
+        t, _ = self.barrier(arrived)
+        if self.seconds <= 0:
+            return t, t
+        time.sleep(self.seconds)
+        return t, _now()
+
+    def close(self):
+        self.barrier.close()
 
 
 TRANSPORTS = {cls.name: cls for cls in (GlooExchange, MpiExchange)}
@@ -195,10 +280,15 @@ def check_fits(nbytes, world):
         raise HpcioError(problem, everywhere=True)
 
 
-def make_exchange(nbytes, via, world, said=None):
-    """The exchange of ``nbytes`` per step over ``via`` (collective); :class:`NoExchange`
-    for None or a single rank. ``said``: the file the first rank to lose a peer creates,
-    so a node gone is one line for the job (the run directory, shared by the nodes)."""
-    if nbytes is None or world.size == 1:
+def make_exchange(plan, world, said=None):
+    """The step's end that ``plan`` (:func:`exchange_plan`) says, over its transport
+    (collective); :class:`NoExchange` for independent steps, a single rank, or a plan that
+    is not emulate's (a real model's exchange is inside its compute). ``said``: the file
+    the first rank to lose a peer creates, so a node gone is one line for the job (the run
+    directory, shared by the nodes)."""
+    if plan["mode"] not in ("barrier", "fabric", "measured") or world.size == 1:
         return NoExchange()
-    return lookup(TRANSPORTS, via, "--exchange-via")(world, nbytes, said)
+    transport = lookup(TRANSPORTS, plan["via"], "--exchange-via")
+    if plan["mode"] == "fabric":
+        return FabricExchange(transport(world, 0, said), plan["fabric"]["allreduce_s"])
+    return transport(world, plan["bytes"], said)

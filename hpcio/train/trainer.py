@@ -5,8 +5,9 @@
 
 Every rank executes the same sample plan (:mod:`hpcio.plan`) through the chosen reader and
 the preprocessing pipeline, trains a real model (DDP; NCCL on GPUs, gloo on CPUs) or the
-``emulate`` model (a timed sleep, as DLIO and MLPerf Storage do, then an allreduce of a
-gradient-sized buffer: :mod:`hpcio.train.exchange`), and records per step how long it
+``emulate`` model (a timed sleep, then a barrier of every rank, as DLIO and MLPerf Storage
+do, and a gradient allreduce only when asked: :mod:`hpcio.train.exchange`), reading the
+data cold by default (``--cache``: :mod:`hpcio.cache`), and records per step how long it
 waited for its own data, for the other ranks, and why (:mod:`hpcio.measure.steps`).
 Results go to a run directory (:mod:`hpcio.measure.rundir`); rank 0 prints a table at
 the end.
@@ -40,7 +41,7 @@ import numpy as np
 import torch
 
 from ..explain.summary import run_summary
-from ..cache import cache_state, describe, warm_nodes_line
+from ..cache import WARM_AFTER_COLD, cache_state, describe, warm_nodes_line
 from ..data.dataset import NO_CRC, open_dataset
 from ..errors import HpcioError, report_to
 from ..fsutil import jsonable
@@ -61,7 +62,7 @@ from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpo
 from .computetime import ComputeTime
 from .dist import check_dist, init_world, make_dist, pick_device
 from .emulate import SPEC, EmulatedModel, ReadOnly
-from .exchange import NoExchange, check_fits, exchange_size, make_exchange
+from .exchange import NoExchange, check_fits, exchange_plan, make_exchange
 from .models import make_model
 from ..workloads import FORMATS as FORMATS_OF_WORKLOAD
 from .options import parse_args, reader_options
@@ -309,7 +310,7 @@ def setup(args):
         print(NO_CRC.format(root=ds.root), file=sys.stderr, flush=True)
     wd.mark("the model's construction")
     model, spec = _build_model(args, ds, world)
-    exchange_info = _exchange_plan(args, ds, world, dist_name)
+    exchange_info = _exchange_plan(args, world, dist_name)
     input_shape = _input_shape(args, ds, spec)
     plan0 = make_plan(ds.records, world.size, world.rank, args.batch, epoch=0,
                       seed=args.seed, shuffle=args.shuffle, drop_last=args.drop_last,
@@ -346,8 +347,7 @@ def setup(args):
 
     wd.mark("the gradient exchange's set-up (collectives)")
     dist = make_dist(dist_name, world, device)
-    exchange = make_exchange(exchange_info["bytes"], exchange_info["via"], world,
-                             said=out.file(RunDir.LOST_PEER_SAID))
+    exchange = make_exchange(exchange_info, world, said=out.file(RunDir.LOST_PEER_SAID))
     model = model.to(device)
     wd.mark("the optimiser's set-up (its first use imports torch's compiler, seconds)")
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
@@ -388,21 +388,21 @@ def setup(args):
 
 
 
-def _exchange_plan(args, ds, world, dist_name):
-    """The gradient exchange, for config and summary: emulate's (bytes per step, checked
-    to fit), or a real model's, DDP's or Horovod's, inside its compute
-    (hpcio.measure.steps says why). Collective."""
+def _exchange_plan(args, world, dist_name):
+    """The gradient exchange, for config and summary: emulate's step end
+    (:func:`~hpcio.train.exchange.exchange_plan`; a measured buffer checked to fit), or a
+    real model's, DDP's or Horovod's, inside its compute (hpcio.measure.steps says why).
+    Collective."""
     if args.model != "emulate":
         what = ("none (--dist none)" if dist_name == "none" or world.size == 1 else
                 f"{dist_name}: inside compute (the allreduce overlaps backward; straggler "
                 f"wait and exchange are not measured apart)")
-        return {"bytes": None, "via": dist_name, "what": what}
-    nbytes, what = exchange_size(args.exchange_model, args.exchange_bytes, ds.manifest)
-    if nbytes is not None and world.size == 1:
-        nbytes, what = None, "none: one rank"
-    check_fits(nbytes, world)
-    return {"bytes": nbytes, "via": args.exchange_via if nbytes is not None else "none",
-            "what": what}
+        return {"mode": "inside compute" if dist_name != "none" and world.size > 1
+                else "none", "bytes": None, "via": dist_name, "fabric": None, "what": what}
+    plan = exchange_plan(args.exchange_model, args.exchange_bytes, args.exchange_via,
+                         args.exchange_fabric, world.size, world.nodes)
+    check_fits(plan["bytes"] if plan["mode"] == "measured" else None, world)
+    return plan
 
 
 # what a rank waits for, as the watchdog says it
@@ -703,6 +703,27 @@ def _checkpoint(ckpt_dir, model, optimizer, epoch, step, gstep):
     return rec
 
 
+def _cache_words(mode, epochs):
+    """The summary title's cache state: ``cache cold``, and where the data stayed in the
+    page cache anyway (a cold start that failed on a node, or ``warm``/``asis`` asked for)
+    how much of it was there when the run began, so that no figure read from memory passes
+    for one read from storage."""
+    info = (epochs[0]["cache"] or {}) if epochs else {}
+    if mode == "cold":
+        stayed = info.get("warm_nodes")
+        return (f"cache cold [NOT COLD on {len(stayed)} of {len(info['nodes'])} node(s): "
+                f"the data stayed in the page cache]" if stayed else "cache cold")
+    resident = info.get("resident")
+    if resident is None:
+        return f"cache {mode}"
+    if resident > WARM_AFTER_COLD:
+        return (f"cache {mode} [DATA IN THE PAGE CACHE: {100 * resident:.0f}% at the start, "
+                f"reads came from memory]")
+    return (f"cache {mode} ({100 * resident:.0f}% of the data in the page cache at the start"
+            + ("; later epochs read what earlier ones cached" if len(epochs) > 1 else "")
+            + ")")
+
+
 def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_train,
                    t_total, epochs, exchange, verify):
     per_rank = [g[0] for g in gathered]
@@ -739,8 +760,8 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
                                            if ckpts else None)},
     }
     title = (f"hpcio.train: {args.model} on {world.size} rank(s), reader {args.reader}, "
-             f"cache {args.cache}, batch {args.batch}, {len(epochs)} of {args.epochs} "
-             f"epoch(s) x {steps_per_epoch} steps, verify {verify}"
+             f"{_cache_words(args.cache, epochs)}, batch {args.batch}, {len(epochs)} of "
+             f"{args.epochs} epoch(s) x {steps_per_epoch} steps, verify {verify}"
              + ("  [UNVERIFIED: bytes delivered not checked]" if verify == "off" else "")
              + (f"  [CUT SHORT by {signal_name(signum) or 'signal'}]" if cut else ""))
     summary, text = run_summary(
@@ -750,8 +771,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         warm = warm_nodes_line(epochs[0]["cache"])
         if warm:
             text += f"\n  {warm}"
-    text += f"\n  gradient exchange: {exchange['what']}" + (
-        f", over {exchange['via']}" if exchange["bytes"] is not None else "")
+    text += f"\n  gradient exchange: {exchange['what']}"
     if ckpts:
         text += (f"\n  checkpoints: {len(ckpts)}, {summary['checkpoints']['seconds']:.3f} s, "
                  f"{summary['checkpoints']['mib_per_s_mean']:.1f} MiB/s mean")

@@ -82,10 +82,11 @@ class Workload:
     def train_options(self):
         """``hpcio.train`` option defaults (dest names) that run this workload: emulated
         compute of the config's time per step, the batch's bytes handed over as read (no
-        preprocessing, as DLIO), a barrier but no gradients exchanged (DLIO's step)."""
+        preprocessing, as DLIO), a barrier but no gradients exchanged (DLIO's step: the
+        emulate model's default, so ``--exchange-model``/``--exchange-bytes`` may add one)."""
         o = {"model": "emulate", "compute_time": self.compute_time, "batch": self.batch,
              "epochs": self.epochs, "shuffle": self.shuffle, "preprocess": "off",
-             "exchange_bytes": 0, "au_threshold": self.au_threshold}
+             "au_threshold": self.au_threshold}
         if self.compute_std > 0:
             o.update(compute_dist="normal", compute_std=self.compute_std)
         for k in ("seed", "steps", "prefetch"):
