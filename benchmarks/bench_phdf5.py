@@ -6,7 +6,7 @@ the naive reader (h5py, one read per sample), on a contiguous and a chunked HDF5
         [--records 1500] [--ranks 2] [--chunk-records 16] [--shuffle none,global]
         [--cache cold] [--repeat 3] [--batch 16] [--wait-quiet 30]
 
-Needs h5py built with MPI (README: Parallel HDF5). Makes the two datasets once under
+Needs h5py built with MPI (docs/setup.md: Parallel HDF5). Makes the two datasets once under
 ``--root`` (raw records, 2 shards each), then runs one :mod:`hpcio.bench` job over both
 (``--limits seq``: one sequential ``dd bs=8M``-like stream over the same files in every
 repeat, the machine's limit) and prints, per layout, shuffle and reader, the medians over

@@ -4,7 +4,7 @@
         [--compute-time 0.005] [--work DIR]
 
 Each repeat runs ``mpiexec -n RANKS python -m hpcio.train --model emulate`` (naive reader,
-packed raw MNIST-sized records, emulate's default step end: a barrier; the README's figures
+packed raw MNIST-sized records, emulate's default step end: a barrier; the figures of docs/training.md
 were measured when the default was the mnist preset's LeNet gradient allreduce and the
 cache as it was) once without and once with
 ``--trace``, alternating which goes first; then the same again beside a busy loop

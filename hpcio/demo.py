@@ -1,4 +1,4 @@
-"""The README's main command: naive against coordinated reads where the difference lives, on a
+"""``make run`` (docs/demo.md): naive against coordinated reads where the difference lives, on a
 parallel file system, with the compute of a named accelerator; then the same on local disk.
 
 As root it brings up the single-machine GlusterFS testbed (``scripts/pfs-local.sh``: 500 us per

@@ -78,7 +78,7 @@ def test_mpio_without_parallel_h5py_is_one_line(tmp_path, sets):
                        f"HDF5_MPI=ON HDF5_DIR=<parallel HDF5, e.g. "
                        f"/usr/lib/x86_64-linux-gnu/hdf5/mpich> pip install --no-deps "
                        f"--force-reinstall --no-binary=h5py --no-build-isolation h5py (with Cython and "
-                       f"pkgconfig installed; README: Parallel HDF5)")
+                       f"pkgconfig installed; docs/setup.md: Parallel HDF5)")
 
 
 @pytest.mark.parametrize("name, says", [

@@ -1,4 +1,4 @@
-"""The house's layering (README, "How the house is built"): a package imports only from the
+"""The house's layering (docs/layout.md, "Where things live"): a package imports only from the
 layers below it, and no module imports another's private name. Read from the source (every
 import, lazy ones inside functions too), so a new import against the layering fails here;
 so does an import inside a function that DEFERRED does not list, and a function longer

@@ -1,7 +1,9 @@
-"""The README's commands work as pasted: every command of its ```bash blocks runs in seconds
-from a fresh clone's root in the venv (after its activation line), or its comment starts
-with why it cannot here: ``# needs: root|slurm|gpu|cluster|spack|system-mpi|data`` or
-``# long`` (minutes; a ``make`` target is then only checked with ``make -n``)."""
+"""The README's and the docs' commands work as pasted: every command of their ```bash
+blocks runs in seconds from a fresh clone's root in the venv (after the README's activation
+line), in reading order (the README, then the pages of its Documentation table in its
+order: a page's commands may use what an earlier one made), or its comment starts with why
+it cannot here: ``# needs: root|slurm|gpu|cluster|spack|system-mpi|data`` or ``# long``
+(minutes; a ``make`` target is then only checked with ``make -n``)."""
 
 import os
 import re
@@ -61,9 +63,29 @@ def marker(comment):
     return "long" if re.match(r"long\b", comment) else None
 
 
-def readme_commands():
+def pages():
+    """The README, then every page its Documentation table links, in that order."""
     with open(README) as f:
-        return commands(f.read())
+        text = f.read()
+    docs = re.findall(r"^\| `(docs/[\w-]+\.md)` \|", text, re.M)
+    return [README] + [os.path.join(ROOT, d) for d in docs]
+
+
+def readme_commands():
+    out = []
+    for path in pages():
+        with open(path) as f:
+            out += commands(f.read())
+    return out
+
+
+def test_every_page_is_linked_and_the_readme_short():
+    linked = {os.path.basename(p) for p in pages()[1:]}
+    have = set(os.listdir(os.path.join(ROOT, "docs")))
+    assert linked == {n for n in have if n.endswith(".md")}, "link every docs/ page"
+    with open(README) as f:
+        n = len(f.read().splitlines())
+    assert n <= 260, f"README.md has {n} lines: what a newcomer reads first fits in ~250"
 
 
 def test_split_and_join():

@@ -48,7 +48,7 @@ UNION_MAX_ELEMENTS = 16384
 BUILD = ("CC=mpicc HDF5_MPI=ON HDF5_DIR=<parallel HDF5, e.g. "
          "/usr/lib/x86_64-linux-gnu/hdf5/mpich> pip install --no-deps --force-reinstall "
          "--no-binary=h5py --no-build-isolation h5py (with Cython and pkgconfig "
-         "installed; README: Parallel HDF5)")
+         "installed; docs/setup.md: Parallel HDF5)")
 
 
 def check(ds):
