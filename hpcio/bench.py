@@ -28,6 +28,9 @@ to its last batch, because a step finishes when every rank has its batch):
 * ``dev/rec``: bytes the data's whole disk read (``/proc/diskstats``, node-wide, during the
   run) / record bytes delivered — read amplification (memory-mapped reads show up here);
 * ``stall``: seconds the consumer waited for batches (mean over ranks);
+* ``cpu_s`` (JSON only): CPU seconds of every rank's process during its run (all its
+  threads, user and system), summed over ranks: what the run cost the node's cores,
+  which other work on a shared machine changes less than the time;
 * ``resident``: fraction of the files in the page cache just before the run (mincore).
 
 Cold: every file is dropped from the page cache before each cold run (fdatasync +
@@ -183,15 +186,16 @@ def run_reader(reader, comm, plan, compute_s=0.0, label=None):
     progress = Progress(plan.steps, "batch", label, mode="lines") \
         if label and comm.rank == 0 else None
     comm.Barrier()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for b in reader.epoch(plan):
         if compute_s:
             time.sleep(compute_s)
         if progress is not None:
             progress.update()
-    dt = time.perf_counter() - t0
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     st = reader.stats
-    return {"records": st.records, "bytes": st.bytes, "seconds": dt, "calls": st.calls,
+    return {"records": st.records, "bytes": st.bytes, "seconds": dt, "cpu_s": cpu,
+            "calls": st.calls,
             "io_s": st.io_s, "stall_s": st.wait_s, "verify_s": st.verify_s,
             "minflt": st.minflt, "majflt": st.majflt, "verify": reader.verify}
 
@@ -251,7 +255,7 @@ def _reduce(comm, res):
     out["rec_s"] = out["records"] / t if t > 0 else 0.0
     out["rec_s_rank"] = float(np.mean([e["records"] / e["seconds"] if e["seconds"] > 0 else 0
                                        for e in every]))
-    for k in ("calls", "minflt", "majflt"):
+    for k in ("calls", "minflt", "majflt", "cpu_s"):
         if k in every[0]:
             out[k] = sum(e[k] for e in every)
     for k in ("io_s", "stall_s", "verify_s"):

@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
-from hpcio.data.checksum import batch_ok, crc32c, mismatch, record_crcs
+from hpcio.data.checksum import MANY, batch_ok, crc32c, mismatch, record_crcs
 from hpcio.data.dataset import INDEX, MANIFEST, RecordIndex, open_dataset
 from hpcio.errors import HpcioError
 from hpcio.plan import make_plan
@@ -62,6 +62,34 @@ def test_batch_check_is_the_record_crcs(length):
     for var in ([0, 3, 3, 40, 41], [0, 5, 8, 15]):  # several lengths (the second: as
         var = np.array(var, np.int64)               # many bytes as 3 records of 5)
         assert batch_ok(data, var, record_crcs(data, var))
+
+
+@pytest.mark.parametrize("lengths", ["one", "several"])
+def test_batch_check_of_many_records(lengths):
+    """Batches of thousands of records (a coordinated reader's request): the shifts in
+    several levels (one length: 64 records a level; several: a byte of the distance a
+    level); a flipped bit anywhere, two CRCs swapped, a batch that starts inside the
+    buffer."""
+    rng = np.random.default_rng(11)
+    for n in ((2, 63, 65, 4097, 4200) if lengths == "one" else (MANY, MANY + 1, 3000)):
+        if lengths == "one":
+            off = np.arange(n + 1, dtype=np.int64) * 37
+        else:
+            off = np.concatenate([[0], np.cumsum(rng.integers(0, 400, n))]).astype(np.int64)
+        data = rng.integers(0, 256, int(off[-1]) + 9, dtype=np.uint8)
+        want = record_crcs(data, off)
+        assert batch_ok(data, off, want)
+        for at in rng.integers(0, int(off[-1]), 6).tolist():
+            bad = data.copy()
+            bad[at] ^= 1 << int(rng.integers(0, 8))
+            assert not batch_ok(bad, off, want)
+            k = int(np.searchsorted(off, at, "right")) - 1
+            assert mismatch(bad, off, want).tolist() == [k]
+        k = int(np.flatnonzero(want[:-1] != want[1:])[0])
+        swapped = want.copy()
+        swapped[[k, k + 1]] = swapped[[k + 1, k]]
+        assert not batch_ok(data, off, swapped)
+        assert batch_ok(data, off + 9, record_crcs(data, off + 9))
 
 
 def test_every_format_indexes_the_same_crcs(base):
@@ -147,6 +175,39 @@ def test_same_size_file_with_other_bytes_is_caught(tmp_path, base, fmt, reader):
     assert re.search(r"CRC32C [0-9a-f]{8}, the index says [0-9a-f]{8}", msg)
     p = run_main(["-m", "hpcio.datagen", "info", "--verify", ds.root])
     assert p.returncode != 0 and len(error_lines(p.stderr)) == 1, p.stderr
+
+
+@pytest.fixture(scope="module")
+def checked_apart(tmp_path_factory):
+    """Records each reader checks another way: ~108 KB JPEGs (the naive reader hashes
+    each as it copies it in) and ~290 B PNGs, more to a batch than MANY (one hash of the
+    batch, records of several lengths)."""
+    root = tmp_path_factory.getbasetemp() / "checksum-apart"
+    return {"jpeg": (make_dataset(root, "lmdb", "jpeg", preset="imagenet", records=24,
+                                  shards=1, seed=5), 8),
+            "png": (make_dataset(root, "lmdb", "png", records=3 * MANY, shards=2, seed=5),
+                    MANY)}
+
+
+@pytest.mark.parametrize("reader", READERS)
+@pytest.mark.parametrize("kind", ["jpeg", "png"])
+def test_changed_record_is_caught_however_it_is_checked(tmp_path, checked_apart, kind,
+                                                         reader):
+    ds, batch = checked_apart[kind]
+    ds = copy(ds, tmp_path / "d")
+    plan = make_plan(ds.records, 1, 0, batch, epoch=0, seed=3, shuffle="global")
+    i = int(plan.step(1)[batch // 2])
+    path = _replace_record(ds, i)
+    ds = open_dataset(ds.root)
+    with make_reader(reader, ds) as r:
+        it = r.epoch(plan)
+        assert len(next(it)) == batch
+        with pytest.raises(HpcioError) as e:
+            next(it)
+        it.close()
+    assert str(e.value).startswith(f"{path}: record {i} at byte {int(ds.index.offset[i])} "
+                                   f"({int(ds.index.length[i])} bytes) is not the record "
+                                   f"indexed"), str(e.value)
 
 
 def test_verify_size_and_off_deliver_what_is_there(tmp_path, base):

@@ -3,8 +3,10 @@
 And what every reader shares: its counters (:class:`ReaderStats`: the batches, records
 and bytes delivered are counted in :meth:`Reader.epoch`, which no reader overrides, the
 page faults of an epoch by :meth:`Reader.count_faults`), the checks that the bytes
-delivered are the bytes the index describes (every record's CRC32C, in
-:meth:`Reader.epoch`; every file's identity, in :class:`FileCheck`), the read meter of
+delivered are the bytes the index describes (every record's CRC32C, by
+:meth:`Reader.check_crcs`: in :meth:`Reader.epoch`, or where the reader reads, for the
+readers that check what they read themselves; every file's identity, in
+:class:`FileCheck`), the read meter of
 the reading thread (:class:`ThreadIO`) and the types of reader options
 (:func:`convert_option`).
 """
@@ -389,7 +391,8 @@ class Reader:
     # evicting, since pages a live mapping holds stay cached
     maps_files = False
     # True for a reader that checks the CRCs of what it reads itself, where the bytes were
-    # just read (the coordinated reader's I/O thread, per request), so epoch() need not
+    # just read (the coordinated reader's I/O thread, per request; the naive reader, as it
+    # assembles each batch), so epoch() need not
     verifies_reads = False
     # a yielded batch's data stays valid while the consumer asks for this many more
     # batches: a consumer that holds fewer needs no copy of its own
@@ -407,6 +410,10 @@ class Reader:
         if verify == "records" and dataset.index.crc is None:
             verify = "size"  # an index made before CRCs were recorded: see NO_CRC
         self.verify = verify
+        idx = dataset.index
+        # every record of one length: batches are checked with one table lookup per CRC
+        self._same_length = verify == "records" and bool(len(idx)) and \
+            idx.length.min() == idx.length.max()
         self.stats.extra["verify"] = verify
         node = node_comm(comm) if comm is not None and comm.Get_size() > 1 else None
         first = node is None or node.Get_rank() == 0
@@ -432,25 +439,32 @@ class Reader:
         CRC32C before (``verify=records``): a record that differs ends the run with one
         line naming its file, record and offset."""
         inner = self.batches(plan)
-        idx, st, clock = self.ds.index, self.stats, time.perf_counter
-        crc = idx.crc if self.verify == "records" and not self.verifies_reads else None
-        same = crc is not None and bool(len(idx)) and idx.length.min() == idx.length.max()
+        st = self.stats
+        check = self.verify == "records" and not self.verifies_reads
         try:
             for b in inner:
                 st.bytes += b.nbytes
                 st.records += len(b)
                 st.batches += 1
-                if crc is not None:
-                    t0 = clock()
-                    want = crc[b.ids]
-                    if not batch_ok(b.data, b.offsets, want, same):
-                        self._mismatch(b, want)
-                    dt = clock() - t0
-                    st.verify_s += dt
-                    st.wait_s += dt
+                if check:
+                    st.wait_s += self.check_crcs(b.data, b.offsets, b.ids)
                 yield b
         finally:
             inner.close()
+
+    def check_crcs(self, data, offsets, ids, got=None):
+        """The records of ``data`` at ``offsets`` (records ``ids``) against their CRC32Cs in
+        the index (:func:`batch_ok`), or their CRCs ``got`` where the reader hashed them
+        as it read them; a record that differs ends the run with one line naming its file,
+        record and offset. Returns the seconds it took, also added to ``stats.verify_s``."""
+        t0 = time.perf_counter()
+        want = self.ds.index.crc[ids]
+        if not (np.array_equal(got, want) if got is not None else
+                batch_ok(data, offsets, want, self._same_length)):
+            self._mismatch(data, offsets, ids, want)
+        dt = time.perf_counter() - t0
+        self.stats.verify_s += dt
+        return dt
 
     def count_faults(self, f0):
         """Add the process's page faults since ``f0`` (a :func:`faults`) to
@@ -460,10 +474,10 @@ class Reader:
         self.stats.minflt += minor
         self.stats.majflt += major
 
-    def _mismatch(self, b, want):
-        k = int(mismatch(b.data, b.offsets, want)[0])
-        i, idx = int(b.ids[k]), self.ds.index
-        got = int(record_crcs(b.data, b.offsets[k:k + 2])[0])
+    def _mismatch(self, data, offsets, ids, want):
+        k = int(mismatch(data, offsets, want)[0])
+        i, idx = int(ids[k]), self.ds.index
+        got = int(record_crcs(data, offsets[k:k + 2])[0])
         raise HpcioError(f"{self.ds.path(idx.file[i])}: record {i} at byte "
                          f"{int(idx.offset[i])} ({int(idx.length[i])} bytes) is not the record "
                          f"indexed (CRC32C {got:08x}, the index says {int(want[k]):08x}): the "

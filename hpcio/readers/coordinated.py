@@ -34,7 +34,6 @@ from collections import deque
 
 import numpy as np
 
-from ..data.checksum import batch_ok
 from ..data.dataset import compressed_records
 from ..errors import HpcioError
 from ..mpicompat import check_romio
@@ -121,7 +120,6 @@ class CoordinatedReader(Reader):
         self._ring = BufferRing(self._slots, slack=1.25, least=4096)
         self.route = routes.choose(self, mpio, filewise, shared, self._mean, SHARE_MIN_RECORD)
         self.verifies_reads = self.verify == "records"
-        self._same_length = bool(len(idx)) and idx.length.min() == idx.length.max()
         if self.mechanism == "nonblocking" and not self.route.nonblocking:
             self.mechanism = "thread"  # the node-shared window reads blocking
         if self.mechanism != "thread":
@@ -335,14 +333,8 @@ class CoordinatedReader(Reader):
         """The request's records against their CRC32Cs, right after the read (on the I/O
         thread, while the bytes are still in the CPU's cache and off the trainer's path):
         a hash pass over bytes just read costs less than one over bytes gone cold."""
-        if not self.verifies_reads:
-            return
-        t0 = time.perf_counter()
-        want = self.ds.index.crc[r.ids]
-        buf = self._ring[r.slot]
-        if not batch_ok(buf, r.off, want, self._same_length):
-            self._mismatch(Batch(r.lo, r.ids, buf, r.off, None), want)
-        self.stats.verify_s += time.perf_counter() - t0
+        if self.verifies_reads:
+            self.check_crcs(self._ring[r.slot], r.off, r.ids)
 
     def close(self):
         if getattr(self, "_io", None) is not None:  # before the files: reads may be queued

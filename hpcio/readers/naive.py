@@ -20,14 +20,18 @@ A shard truncated in the instant between the check and an LMDB read still kills 
 process with SIGBUS, which no check can close: while a mapped format is open, a watcher
 process (:class:`hpcio.mapfault.MapWatch`) receives the fault's report and prints the one
 line naming the shard that shrank, as the check would have. Image files are records: each is read whole and its length compared
-with the index. The reading thread's I/O counters around each batch's reads
-(:class:`ThreadIO`) give ``calls`` and ``read_bytes`` (:class:`ReaderStats`).
+with the index. Every record's CRC32C is checked as the batch is assembled: records of
+16 KiB and more (on average) each hashed as soon as it is copied into the batch, while its
+bytes are in the CPU's cache; smaller ones a batch at a time once the batch is whole. The
+reading thread's I/O counters around each batch's reads (:class:`ThreadIO`) give ``calls``
+and ``read_bytes`` (:class:`ReaderStats`).
 """
 
 import time
 
 import numpy as np
 
+from ..data.checksum import SMALL, crc32c
 from ..errors import HpcioError
 from ..formats import FORMATS
 from ..mapfault import MapWatch
@@ -79,6 +83,12 @@ class NaiveReader(Reader):
                              f"{dataset.format} dataset has none", everywhere=True)
         self.access = access
         self.stats.extra["access"] = access
+        # the check runs here, as the batch is assembled: records hashed one call each
+        # (SMALL bytes and more on average) are hashed as each is copied in, while its
+        # bytes are in the CPU's cache; smaller ones a batch at a time once it is whole
+        self.verifies_reads = self.verify == "records"
+        self._hot = self.verifies_reads and \
+            dataset.nbytes() >= SMALL * max(1, dataset.records)
 
     def batches(self, plan):
         """Yield this rank's batches of ``plan``: one ``native.get`` per record."""
@@ -105,24 +115,36 @@ class NaiveReader(Reader):
                 if files is not None and self.mapped:
                     self.check.check(files)
                 opens = native.opens
-                io = 0.0
+                io = hashed = 0.0
+                got = np.empty(len(ids), np.uint32) if self._hot else None
+                mv = memoryview(buf) if self._hot else None
                 m0 = self._meter.read()
                 records = native.walk(ids.tolist(), skipped) if cursor else None
-                for k, i in enumerate(ids.tolist()):
+                for k, (i, lo, hi) in enumerate(zip(ids.tolist(), off[:-1].tolist(),
+                                                    off[1:].tolist())):
                     a = clock()
                     rec = next(records) if cursor else get(i)
                     io += clock() - a
                     n = len(rec)
-                    if n != off[k + 1] - off[k]:
+                    if n != hi - lo:
                         if self.check is not None:  # a shard that changed names itself
                             self.check.check([idx.file[i]])
                         raise HpcioError(f"{self.ds.path(idx.file[i])}: record {i} is {n} "
-                                         f"bytes, expected {int(off[k + 1] - off[k])} (the "
-                                         f"data changed since it was indexed)")
-                    buf[off[k]:off[k + 1]] = np.frombuffer(rec, dtype=np.uint8)
+                                         f"bytes, expected {hi - lo} (the data changed "
+                                         f"since it was indexed)")
+                    buf[lo:hi] = np.frombuffer(rec, dtype=np.uint8)
+                    if got is not None:
+                        a = clock()
+                        got[k] = crc32c(mv[lo:hi])
+                        hashed += clock() - a
                 m1 = self._meter.read()
                 if files is not None and not self.mapped:
                     self.check.check(files)
+                if mv is not None:
+                    mv.release()
+                if self.verifies_reads:
+                    st.verify_s += hashed
+                    self.check_crcs(buf, off, ids, got)
                 if m0 is not None and m1 is not None:
                     st.read_bytes += m1[0] - m0[0] - m0[2]
                     st.calls += m1[1] - m0[1] - 1
