@@ -92,7 +92,7 @@ def _stopped(pid):
 
 
 @pytest.mark.hostile
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM])  # SIGINT takes the same path
 def test_a_signal_after_the_summary_keeps_the_run_done(tmp_path, data, signum):
     """The job signalled between its summary and MPI_Finalize (rank 1 held there, stopped,
     so the signal lands in that window every time): the run stays complete with the
