@@ -289,7 +289,10 @@ def test_fast_rank_waits_for_the_slow_one_in_the_exchange(tmp_path, data, via):
             assert np.median(x["exchange"]) <= RING_S + 0.003, x["exchange"]
     m = s["metrics"]
     assert m["straggler_wait_percent"] > 5 and m["exchange_percent"] > 0
-    assert "straggler wait / exchange %" in p.stdout
+    # both on the console, as they are not zero, with summary.json's figures
+    for label, key in (("straggler wait", "straggler_wait_percent"),
+                       ("exchange", "exchange_percent")):
+        assert re.search(rf"\n    {label} +{m[key]:.1f}\b", p.stdout), p.stdout
     assert f"gradient exchange: {s['exchange']['what']}" in p.stdout
 
 
