@@ -327,6 +327,57 @@ def test_fixture_logs_against_truth(parser):
         assert s["partial"] == expect and darshanlog.log_is_partial(log) == bool(expect)
 
 
+@pytest.mark.skipif(importlib.util.find_spec("darshan") is None, reason="no PyDarshan")
+def test_older_formats_read_through_pydarshan():
+    """Logs of Darshan 3.0.0 to 3.4.0 (formats 3.00 to 3.21, another header layout), made
+    by others: read, with the numbers their program wrote and PyDarshan's DXT."""
+    from darshan.backend import cffi_backend as be
+
+    logs = sorted(glob.glob(os.path.join(_fixture("darshan", "older"), "*.darshan")))
+    assert len(logs) == 7
+    for path in logs:
+        log = darshanlog.read_log(path)
+        s = darshanlog.log_summary(path)
+        lib = os.path.basename(path)[:-len(".darshan")].rsplit("-", 1)[1]
+        assert log.lib_version == s["version"] == lib and log.log_version < "3.41"
+        assert log.counter_reader == "pydarshan" and "mpi-io-test" in log.exe
+        if "dxt" in path:  # -i 4 at 32 ranks, no shared reduction
+            assert log.nprocs == 32
+            assert s["bytes_read"]["MPI-IO"] == {r: 4 << 24 for r in range(32)}
+            h = be.log_open(path)
+            want = 0
+            for mod in ("DXT_POSIX", "DXT_MPIIO"):
+                rec = be.log_get_dxt_record(h, mod)
+                while rec is not None:
+                    want += rec["write_count"] + rec["read_count"]
+                    rec = be.log_get_dxt_record(h, mod)
+            be.log_close(h)
+            assert len(log.dxt) == want > 0
+            assert (log.dxt["end"] >= log.dxt["start"]).all()
+        else:  # 4 ranks, 16 MiB each way per rank, one shared file
+            assert log.nprocs == 4
+            for key in ("bytes_read", "bytes_written"):
+                assert s[key]["MPI-IO"] == s[key]["POSIX"] == {-1: 64 << 20}
+
+    # what hpcio checks before PyDarshan (whose library crashes on a corrupt stream)
+    with open(next(p for p in logs if p.endswith("x86_64-3.0.0.darshan")), "rb") as f:
+        good = f.read()
+    bad = {"cut": (good[:400], "truncated \\(400 of 846 bytes\\)"),
+           "flip": (good[:400] + bytes([good[400] ^ 255]) + good[401:],
+                    "job record: corrupt"),
+           "3.99": (b"3.99" + good[4:], "format 3.99 that PyDarshan cannot read either")}
+    d = tempfile.mkdtemp()
+    try:
+        for name, (data, said) in bad.items():
+            junk = os.path.join(d, name + ".darshan")
+            with open(junk, "wb") as f:
+                f.write(data)
+            with pytest.raises(HpcioError, match=said):
+                darshanlog.read_log(junk)
+    finally:
+        shutil.rmtree(d)
+
+
 def test_hpcio_run_logs_match_the_runs_counters(parser):
     runs = sorted(glob.glob(os.path.join(_fixture("hpcio-runs"), "*-n[0-9]*")))
     assert runs

@@ -46,6 +46,13 @@ MODULE_IDS = ("NULL", "POSIX", "MPI-IO", "H5F", "H5D", "PNETCDF_FILE", "PNETCDF_
               "LUSTRE", "STDIO", "DXT_POSIX", "DXT_MPIIO", "MDHIM", "APXC", "APMPI", "HEATMAP",
               "DFS", "DAOS")
 MAGIC = 6567223
+#: the header layouts hpcio checks, by format (darshan-log-format.h of each release):
+#: (partial flag's struct code and offset, offset of the name table's and modules' maps,
+#: modules). Darshan 3.0.0 to 3.4.0 wrote 3.00 to 3.21 (16 modules), 3.4.1 on 3.41 (64)
+LAYOUTS = {"3.41": ("Q", 24, 32, 64),
+           **dict.fromkeys(("3.00", "3.10", "3.20", "3.21"), ("I", 20, 24, 16))}
+#: the formats whose regions hpcio reads itself; a log of another goes through PyDarshan
+PARSED = ("3.41",)
 COUNTER_MODULES = ("POSIX", "MPI-IO", "STDIO", "H5D")
 _DXT = {"DXT_POSIX": "POSIX", "DXT_MPIIO": "MPI-IO"}
 _MAX_MODS = 64
@@ -171,15 +178,13 @@ def _dxt(raw, order, module, nprocs, what):
     return parts
 
 
-def _header(data, path):
-    """(byte order, version, compression, partial flags, regions): the header checked;
-    regions: name -> (offset, length) of the name table and each module with data, each
-    inside the file, after the header and apart from the others."""
+def _start(data, path):
+    """(byte order, version, compression): what every Darshan 3 header begins with (the
+    version string, the magic number, the compression), checked."""
     if not data.startswith(b"3."):
         raise HpcioError(f"{path}: not a Darshan 3 log")
-    if len(data) < HEADER_BYTES:
-        raise HpcioError(f"{path}: truncated inside its header ({len(data):,} of "
-                         f"{HEADER_BYTES:,} bytes)")
+    if len(data) < 17:
+        raise HpcioError(f"{path}: truncated inside its header ({len(data):,} bytes)")
     order = next((o for o in "<>" if struct.unpack_from(o + "q", data, 8)[0] == MAGIC),
                  None)
     if order is None:
@@ -188,17 +193,39 @@ def _header(data, path):
     comp = data[16]
     if comp not in _INFLATERS:
         raise HpcioError(f"{path}: unknown compression {comp}")
-    partial_flag = struct.unpack_from(order + "Q", data, 24)[0]
-    name_off, name_len = struct.unpack_from(order + "QQ", data, 32)
-    maps = struct.unpack_from(order + f"{2 * _MAX_MODS}Q", data, 48)
-    regions = {"name table": (name_off, name_len)}
-    for k, (off, n) in enumerate(zip(maps[::2], maps[1::2])):
+    return order, version, comp
+
+
+def _header_bytes(version):
+    """The size of a header of ``LAYOUTS[version]``: maps, then each module's version."""
+    _, _, maps_at, mods = LAYOUTS[version]
+    return maps_at + 16 * (mods + 1) + 4 * mods
+
+
+def _header(data, path):
+    """(byte order, version, compression, partial flags, regions): the header (a layout of
+    ``LAYOUTS``, else only what :func:`_start` checks: regions None) checked; regions:
+    name -> (offset, length) of the name table and each module with data, each inside
+    the file, after the header and apart from the others."""
+    order, version, comp = _start(data, path)
+    if version not in LAYOUTS:
+        return order, version, comp, 0, None
+    code, flag_at, maps_at, mods = LAYOUTS[version]
+    size = _header_bytes(version)
+    if len(data) < size:
+        raise HpcioError(f"{path}: truncated inside its header ({len(data):,} of "
+                         f"{size:,} bytes)")
+    partial_flag = struct.unpack_from(order + code, data, flag_at)[0]
+    maps = struct.unpack_from(order + f"{2 * mods + 2}Q", data, maps_at)
+    regions = {"name table": maps[:2]}
+    ids = MODULE_IDS if version in PARSED else ()  # the ids of earlier formats differ
+    for k, (off, n) in enumerate(zip(maps[2::2], maps[3::2])):
         if n:
-            regions[MODULE_IDS[k] if k < len(MODULE_IDS) else f"module {k}"] = (off, n)
+            regions[ids[k] if k < len(ids) else f"module {k}"] = (off, n)
     end = max(off + n for off, n in regions.values())
     if len(data) < end:
         raise HpcioError(f"{path}: truncated ({len(data):,} of {end:,} bytes)")
-    at = HEADER_BYTES + 1  # the job record comes first and is never empty
+    at = size + 1  # the job record comes first and is never empty
     for name, (off, n) in sorted(regions.items(), key=lambda kv: kv[1]):
         if off < at:
             raise HpcioError(f"{path}: corrupt header (the {name} region at byte {off:,} "
@@ -219,19 +246,53 @@ def read_log(path, reader=None, counters=True, parser=None, dxt=True):
         data = read_bytes(path, LIMITS["darshan"])
     except FileNotFoundError:
         raise HpcioError(f"{path}: no such file") from None
+    _, version, comp, _, regions = _header(data, path)
+    if version not in PARSED:
+        if regions is not None:  # every compressed stream's own checksum, first
+            first = min(off for off, _ in regions.values())
+            inflate(data[_header_bytes(version):first], comp, f"{path}: job record")
+            for name, (off, n) in regions.items():
+                inflate(data[off:off + n], comp, f"{path}: {name} region")
+        log = _older(path, version, dxt)
+        raw = None
+    else:
+        log, raw = _own(path, data, dxt)
+    wanted = [m for m in COUNTER_MODULES if m in log.modules]
+    if parser:
+        reader = "darshan-parser"
+    name = (reader or counter_reader()) if counters else None
+    if wanted and name:
+        with _stderr_kept() as said:
+            try:
+                log.counters = _parser(path, wanted, parser) if parser else \
+                    COUNTER_READERS[name][1](path, wanted)
+            except HpcioError:
+                raise
+            except Exception as e:  # a library's own check on a log that passed ours
+                raise HpcioError(f"{path}: {name} cannot read its counters "
+                                 f"({describe(e)})") from None
+        try:
+            for mod, rec in log.counters.items():
+                _check_counters(rec, None if raw is None else len(raw[mod]), mod, log,
+                                f"{path}: {mod} region")
+        except HpcioError as e:
+            raise HpcioError(f"{e}" + (f"; {name} said: {said[-1]}" if said else "")) \
+                from None
+        log.counter_reader = name
+    return log
+
+
+def _own(path, data, dxt):
+    """The log read by hpcio itself (a format of ``PARSED``): (DarshanLog without
+    counters, each module's region decompressed)."""
     order, version, comp, partial_flag, regions = _header(data, path)
     name_off = regions["name table"][0]
     job = inflate(data[HEADER_BYTES:name_off], comp, f"{path}: job record")
-    new = version >= "3.41"  # start and end as (sec, nsec)
-    meta_at = 56 if new else 40
+    meta_at = 56  # uid, start and end as (sec, nsec), nprocs, jobid
     if len(job) < meta_at:
         raise HpcioError(f"{path}: job record: corrupt ({len(job)} bytes)")
-    if new:
-        _, s, sn, e, en, nprocs, jobid = struct.unpack_from(order + "7q", job, 0)
-        start, stop = s + 1e-9 * sn, e + 1e-9 * en
-    else:
-        _, s, e, nprocs, jobid = struct.unpack_from(order + "5q", job, 0)
-        start, stop = float(s), float(e)
+    _, s, sn, e, en, nprocs, jobid = struct.unpack_from(order + "7q", job, 0)
+    start, stop = s + 1e-9 * sn, e + 1e-9 * en
     if not 1 <= nprocs <= MAX_RANKS:
         raise HpcioError(f"{path}: job record: corrupt ({nprocs} processes)")
     meta = job[meta_at:meta_at + 1024].split(b"\0")[0].decode("utf-8", "replace")
@@ -251,28 +312,63 @@ def read_log(path, reader=None, counters=True, parser=None, dxt=True):
         metadata=metadata, modules=modules,
         partial=[m for i, m in enumerate(MODULE_IDS) if partial_flag >> i & 1],
         names=names, dxt=np.concatenate(parts) if parts else np.empty(0, DXT_DTYPE))
-    wanted = [m for m in COUNTER_MODULES if m in modules]
-    if parser:
-        reader = "darshan-parser"
-    name = (reader or counter_reader()) if counters else None
-    if wanted and name:
+    return log, raw
+
+
+def _older(path, version, dxt):
+    """A log of a layout hpcio does not parse itself (Darshan 3.0 to 3.4.0 wrote formats
+    3.00 to 3.21, with 16 modules in the header): read through PyDarshan's
+    libdarshan-util, which converts every earlier format; DarshanLog without counters."""
+    if importlib.util.find_spec("darshan") is None:
+        raise HpcioError(f"{path}: a Darshan log of format {version}, which hpcio reads "
+                         f"through PyDarshan: install it (pip install 'hpcio[darshan]')")
+    from darshan.backend import cffi_backend as be
+
+    with _stderr_kept() as said:
+        h = be.log_open(path)
+    if h["handle"] == be.ffi.NULL:
+        raise HpcioError(f"{path}: a Darshan log of format {version} that PyDarshan "
+                         f"cannot read either" + (f" ({said[-1]})" if said else ""))
+    try:
         with _stderr_kept() as said:
-            try:
-                log.counters = _parser(path, wanted, parser) if parser else \
-                    COUNTER_READERS[name][1](path, wanted)
-            except HpcioError:
-                raise
-            except Exception as e:  # a library's own check on a log that passed ours
-                raise HpcioError(f"{path}: {name} cannot read its counters "
-                                 f"({describe(e)})") from None
-        try:
-            for mod, rec in log.counters.items():
-                _check_counters(rec, len(raw[mod]), mod, log, f"{path}: {mod} region")
-        except HpcioError as e:
-            raise HpcioError(f"{e}" + (f"; {name} said: {said[-1]}" if said else "")) \
-                from None
-        log.counter_reader = name
-    return log
+            job = be.log_get_job(h)
+            mods = be.log_get_modules(h)
+            names = be.log_get_name_records(h)
+            exe = be.log_get_exe(h)
+            parts = []
+            for k, mod in enumerate(_DXT):
+                rec = be.log_get_dxt_record(h, mod) if dxt and mod in mods else None
+                while rec is not None:
+                    parts.append(_dxt_rows(rec, k))
+                    rec = be.log_get_dxt_record(h, mod)
+    except Exception as e:
+        raise HpcioError(f"{path}: PyDarshan cannot read this Darshan {version} log "
+                         f"({said[-1] if said else describe(e)})") from None
+    finally:
+        be.log_close(h)
+    nprocs = int(job["nprocs"])
+    if not 1 <= nprocs <= MAX_RANKS:
+        raise HpcioError(f"{path}: job record: corrupt ({nprocs} processes)")
+    meta = job["metadata"]
+    return DarshanLog(
+        path=os.path.abspath(path), log_version=version, lib_version=meta.get("lib_ver"),
+        nprocs=nprocs, jobid=int(job["jobid"]),
+        start=job["start_time_sec"] + 1e-9 * job["start_time_nsec"],
+        end=job["end_time_sec"] + 1e-9 * job["end_time_nsec"],
+        exe=exe.split("\n")[0].strip(), metadata=meta, modules=list(mods),
+        partial=[m for m, i in mods.items() if i["partial_flag"]], names=names,
+        dxt=np.concatenate(parts) if parts else np.empty(0, DXT_DTYPE))
+
+
+def _dxt_rows(rec, module):
+    """PyDarshan's DXT record (a dict per segment) as DXT_DTYPE rows, writes first."""
+    segs = rec["write_segments"] + rec["read_segments"]
+    part = np.empty(len(segs), DXT_DTYPE)
+    for f, _ in _SEGMENT:
+        part[f] = [s[f if f in ("offset", "length") else f + "_time"] for s in segs]
+    part["module"], part["rank"], part["id"] = module, rec["rank"], rec["id"]
+    part["write"] = np.arange(len(segs)) < len(rec["write_segments"])
+    return part
 
 
 @contextlib.contextmanager
@@ -303,10 +399,13 @@ _ID_COUNTERS = ("_RENAMED_FROM",)
 
 def _check_counters(rec, nbytes, mod, log, what):
     """A module's records against its region and the log: as many records as the region
-    holds, ranks of this job (-1: shared), names in the name table, counts and times
-    finite and >= -1 (Darshan's "not monitored")."""
+    holds (``nbytes``), ranks of this job (-1: shared), names in the name table, counts
+    and times finite and >= -1 (Darshan's "not monitored"). ``nbytes`` None: a layout
+    read through PyDarshan, whose releases wrote negative counts and times (3.1.3 to
+    3.1.5's POSIX_MMAPS = -4, times off a skewed clock) that PyDarshan reads as they are;
+    :meth:`Records.get` takes them as unmonitored."""
     size = 16 + 8 * len(rec.names) + _RECORD_EXTRA.get(mod, 0)
-    if len(rec) * size != nbytes:
+    if nbytes is not None and len(rec) * size != nbytes:
         raise HpcioError(f"{what}: corrupt ({nbytes:,} bytes are not {len(rec)} records "
                          f"of {size} bytes)")
     bad = (rec.rank < -1) | (rec.rank >= log.nprocs)
@@ -319,7 +418,7 @@ def _check_counters(rec, nbytes, mod, log, what):
                          f"table)")
     counts = [j for j, n in enumerate(rec.names) if not n.endswith(_ID_COUNTERS)]
     v = rec.values[:, counts]
-    bad = ~np.isfinite(v) | (v < -1)
+    bad = ~np.isfinite(v) | ((v < -1) & (nbytes is not None))
     if bad.any():
         row, col = (int(x[0]) for x in np.nonzero(bad))
         raise HpcioError(f"{what}: corrupt ({rec.names[counts[col]]} = {float(v[row, col]):g} "
