@@ -87,7 +87,9 @@ def test_provenance_of_a_slurm_job_on_two_nodes():
     assert p["mpi_library"] == "MPICH Version: 5.0.2" and p["data_fs_type"] == "lustre"
     assert p["ranks"] == 4 and p["workload_hash"] == workload_hash(CONFIG)
     assert p["versions"] == {"python": "3.11.7", "torch": "2.13.0", "numpy": "2.4",
-                             "mpi4py": None}
+                             "mpi4py": None, "darshan": None}
+    traced = dict(env, darshan={"library": "/x/libdarshan.so", "version": "3.4.6"})
+    assert provenance(traced, CONFIG, gathered)["versions"]["darshan"] == "3.4.6"
     assert provenance(dict(env, slurm_job_id=None), CONFIG, gathered)["slurm"] is None
 
 

@@ -101,6 +101,7 @@ def provenance(env, config, gathered):
     packages = env.get("packages") or {}
     slurm = env.get("slurm") or {}
     mpi = (env.get("mpi") or {}).get("library", "").strip().splitlines()
+    traced = env.get("darshan")  # the Darshan runtime that writes the run's log
     return {
         "hpcio_version": __version__,
         "git": git_state(),
@@ -115,5 +116,6 @@ def provenance(env, config, gathered):
                   "num_nodes": slurm.get("SLURM_JOB_NUM_NODES")}
         if env.get("slurm_job_id") else None,
         "versions": {"python": env.get("python"), "torch": packages.get("torch"),
-                     "numpy": packages.get("numpy"), "mpi4py": packages.get("mpi4py")},
+                     "numpy": packages.get("numpy"), "mpi4py": packages.get("mpi4py"),
+                     "darshan": traced.get("version") if traced else None},
     }
