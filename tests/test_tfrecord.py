@@ -23,7 +23,7 @@ from hpcio.train.decode import decode_records
 from common.datasets import make_dataset
 from common.failure import one_line
 from common.inproc import run_main
-from common.mpi import run_mpi
+from common.mpi import run_mpi, run_py
 from test_npz import read_all
 
 DATAGEN = ["-m", "hpcio.datagen"]
@@ -338,3 +338,75 @@ def test_train_emulate(tmp_path, reader, pre):
                 timeout=240)
     assert p.returncode == 0, p.stdout + p.stderr
     assert (out / "summary.json").exists() and "AU %" in p.stdout
+
+
+# ---- TensorFlow's ImageNet layout, compressed files, keys named -------------------------
+
+def imagenet_files(folder, n=12, side=32):
+    """Files as TensorFlow's build_imagenet_data.py writes them: JPEG bytes under
+    ``image/encoded``, label 1..1000 under ``image/class/label``, its other features."""
+    from io import BytesIO
+    from PIL import Image
+    rng = np.random.default_rng(5)
+    os.makedirs(folder, exist_ok=True)
+    labels, out = [], b""
+    for k in range(n):
+        b = BytesIO()
+        Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).save(b, "JPEG")
+        lab = 1 + k % 3
+        feats = {"image/height": side, "image/width": side, "image/colorspace": b"RGB",
+                 "image/channels": 3, "image/class/label": lab,
+                 "image/class/synset": b"n01440764", "image/format": b"JPEG",
+                 "image/filename": b"n01440764_%d.JPEG" % k, "image/encoded": b.getvalue()}
+        out += frame(example(feats))
+        labels.append(lab)
+    (pathlib.Path(folder) / "train-00000-of-00001.tfrecord").write_bytes(out)
+    return labels
+
+
+@pytest.mark.mpi
+def test_tensorflow_imagenet_layout_indexed_and_trained(tmp_path):
+    labels = imagenet_files(tmp_path / "inet")
+    p = run_main(DATAGEN + ["index", tmp_path / "inet"])
+    assert p.returncode == 0, p.stderr
+    ds = open_dataset(str(tmp_path / "inet"))
+    m = ds.manifest
+    assert m["tfrecord"]["image"] == "image/encoded" and m["encoding"] == "jpeg"
+    assert list(ds.shape) == [32, 32, 3] and ds.index.label.tolist() == labels
+    assert ds.classes == 4
+    p = run_py(["-m", "hpcio.train", "--data", ds.root, "--model", "lenet", "--batch", 4,
+                "--steps", 2, "--epochs", 1, "--progress", "off", "--out", tmp_path / "r"],
+               timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_keys_named_and_options_that_do_not_apply(tmp_path):
+    feats = [{"pic": bytes([k]) * 9, "cls": k} for k in range(4)]
+    (tmp_path / "a.tfrecord").write_bytes(b"".join(frame(example(f)) for f in feats))
+    p = run_main(DATAGEN + ["index", tmp_path / "a.tfrecord", "--out", tmp_path / "i",
+                            "--format-option", "image_key=pic,label_key=cls"])
+    assert p.returncode == 0, p.stderr
+    ds = open_dataset(str(tmp_path / "i"))
+    assert ds.index.label.tolist() == [0, 1, 2, 3] and ds.manifest["tfrecord"]["image"] == "pic"
+    p = run_main(DATAGEN + ["index", tmp_path / "a.tfrecord", "--out", tmp_path / "j",
+                            "--images", "image/encoded"])
+    assert "--images image/encoded: not every record is a tf.train.Example with one " \
+        "'image/encoded' bytes feature" in one_line(p)
+    lm = make_dataset(tmp_path / "l", "lmdb", "png", records=4)
+    p = run_main(DATAGEN + ["index", os.path.join(lm.root, "shard-00000.lmdb"), "--out",
+                            tmp_path / "k", "--labels", "y"])
+    assert "--labels names what is inside HDF5, npz or TFRecord files; this is lmdb data" \
+        in one_line(p)
+
+
+@pytest.mark.parametrize("comp", ["GZIP", "ZLIB"])
+def test_compressed_tfrecord_refused_naming_it(tmp_path, comp):
+    import gzip
+    import zlib
+    raw = b"".join(frame(example({"image": bytes(50), "label": 1})) for _ in range(3))
+    f = tmp_path / "c.tfrecord"
+    f.write_bytes(gzip.compress(raw) if comp == "GZIP" else zlib.compress(raw))
+    p = run_main(DATAGEN + ["index", f, "--out", tmp_path / "i"])
+    assert f"{f}: a {comp}-compressed TFRecord: hpcio reads records at their byte " \
+        "offsets (decompress it first: " in one_line(p)
+    assert not (tmp_path / "i" / "hpcio.json").exists()

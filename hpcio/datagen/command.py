@@ -196,10 +196,18 @@ def _add_index(sub):
                         "directory, else its parent)")
     x.add_argument("--images", default=None, help="hdf5: the images dataset (default: "
                                                   "images, else data); npz: the samples' "
-                                                  "member (default: x)")
+                                                  "member (default: x); tfrecord: the "
+                                                  "Examples' image bytes feature (default: "
+                                                  "image, else image/encoded)")
     x.add_argument("--labels", default=None, help="hdf5: the labels dataset (default: "
                                                   "labels, else label); npz: the labels' "
-                                                  "member (default: y)")
+                                                  "member (default: y); tfrecord: the int64 "
+                                                  "label feature (default: label, else "
+                                                  "image/class/label)")
+    x.add_argument("--format-option", action="append", default=[],
+                   metavar="image_key=K,label_key=K",
+                   help="the same as --images K and --labels K (other formats' tools name "
+                        "TFRecord feature keys so)")
     x.add_argument("--force", action="store_true",
                    help="replace an existing hpcio manifest and index there")
     x.add_argument("--update", action="store_true",
@@ -227,6 +235,27 @@ def _format_options(a):
                              + (f" (it has {', '.join(have)})" if have else ""),
                              everywhere=True)
     return opts
+
+
+#: ``index --format-option`` key -> the flag it stands for
+_INDEX_KEYS = {"image_key": "images", "label_key": "labels"}
+
+
+def _index_keys(a):
+    """(images, labels) of ``index``: its flags, or ``--format-option image_key=K,
+    label_key=K`` (items split at commas too)."""
+    items = [x for it in a.format_option for x in it.split(",") if x.strip()]
+    got = {"images": a.images, "labels": a.labels}
+    for k, v in parse_key_values(items, "--format-option").items():
+        flag = _INDEX_KEYS.get(k)
+        if flag is None:
+            raise HpcioError(f"--format-option {k}: index takes "
+                             f"{' and '.join(_INDEX_KEYS)} only", everywhere=True)
+        if got[flag] not in (None, v):
+            raise HpcioError(f"--format-option {k}={v} and --{flag} {got[flag]} disagree",
+                             everywhere=True)
+        got[flag] = v
+    return got["images"], got["labels"]
 
 
 def _apply_workload(a, comm):
@@ -277,8 +306,9 @@ def _cmd_index(a, comm):
     if a.update:
         ds = on_root(comm, lambda: importers.update_index(a.path, a.accept_changed))
     else:
-        ds = on_root(comm, lambda: importers.index_path(a.path, out=a.out, images=a.images,
-                                                       labels=a.labels, force=a.force))
+        images, labels = _index_keys(a)
+        ds = on_root(comm, lambda: importers.index_path(a.path, out=a.out, images=images,
+                                                       labels=labels, force=a.force))
     if comm.Get_rank() == 0:
         print(summary(ds), flush=True)
 

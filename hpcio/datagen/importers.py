@@ -217,6 +217,10 @@ def index_path(path, out=None, images=None, labels=None, force=False):
     read. Returns the :class:`~hpcio.dataset.Dataset`."""
     path = os.path.abspath(path)
     fmt = detect(path)  # the format that indexes it
+    given = [f"--{k}" for k, v in (("images", images), ("labels", labels)) if v is not None]
+    if given and not fmt.info.named:
+        raise HpcioError(f"{path}: {given[0]} names what is inside HDF5, npz or TFRecord "
+                         f"files; this is {fmt.name} data", everywhere=True)
     out = os.path.abspath(out or (path if os.path.isdir(path) else os.path.dirname(path)))
     os.makedirs(out, exist_ok=True)
     if is_dataset(out):

@@ -59,6 +59,10 @@ class FormatInfo:
     dtypes: tuple = ("uint8",)
     #: the ``--format-option`` names and their choices, the first of each the default
     options: dict = field(default_factory=dict)
+    #: its files name the samples and labels inside them (HDF5 datasets, npz members,
+    #: TFRecord feature keys): ``datagen index --images/--labels`` choose them; elsewhere
+    #: those options are refused
+    named: bool = False
 
 
 #: what :attr:`Format.detect` answers: the data may be this format's (nothing more specific

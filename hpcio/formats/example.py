@@ -140,14 +140,14 @@ def example_images(buf, start, length, image=b"image", label=b"label"):
     return off, ln, labels
 
 
-def payloads(data, offsets):
-    """The image bytes of a batch of Examples (``data`` uint8, record ``k`` at
+def payloads(data, offsets, image=b"image"):
+    """The ``image`` feature's bytes of a batch of Examples (``data`` uint8, record ``k`` at
     ``offsets[k]:offsets[k+1]``), back to back: (data, offsets). Records of one length
     and layout (fixed-size images) are one strided copy; others one slice each."""
     data = np.asarray(data)
     offsets = np.asarray(offsets, np.int64)
     n = len(offsets) - 1
-    off, ln, _ = example_images(data, offsets[:-1], np.diff(offsets))
+    off, ln, _ = example_images(data, offsets[:-1], np.diff(offsets), image)
     out_off = np.zeros(n + 1, np.int64)
     np.cumsum(ln, out=out_off[1:])
     size = np.diff(offsets)

@@ -38,7 +38,7 @@ __all__ = ["NAME", "INFO", "Writer", "Native", "open_native", "targets", "manife
 
 NAME = "hdf5"
 COPY = 64 << 20
-INFO = FormatInfo(dtypes=("uint8", "float32"))  # float32: Caffe's HDF5 data layer
+INFO = FormatInfo(dtypes=("uint8", "float32"), named=True)  # float32: Caffe's HDF5 data layer
 #: pixel -> stored value of float32 records: Caffe's MNIST/LeNet examples scale pixels by
 #: 0.00390625 (1/256, ``transform_param { scale }``); the HDF5 data layer has no transform,
 #: so its data is stored pre-scaled. A power of two: every stored value is exactly px/256

@@ -35,7 +35,7 @@ __all__ = ["NAME", "INFO", "Writer", "Native", "open_native", "targets", "manife
 
 NAME = "npz"
 #: samples_per_file: any positive integer (1 or N)
-INFO = FormatInfo(options={"samples_per_file": ("1", "N")})
+INFO = FormatInfo(options={"samples_per_file": ("1", "N")}, named=True)
 _LOCAL = b"PK\x03\x04"
 _METHODS = {zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
             zipfile.ZIP_LZMA: "lzma"}

@@ -18,6 +18,7 @@ import hashlib
 import mmap
 import os
 import struct
+import zlib
 
 import numpy as np
 from crc32c import crc32c
@@ -32,7 +33,7 @@ __all__ = ["NAME", "INFO", "Writer", "Native", "open_native", "targets", "manife
            "masked_crc", "frames", "index", "detect", "SUFFIXES"]
 
 NAME = "tfrecord"
-INFO = FormatInfo()
+INFO = FormatInfo(named=True)  # --images/--labels: the feature keys
 SUFFIXES = (".tfrecord", ".tfrecords", ".tfr")
 BUFFER = 256 << 10  # TFRecordDataset's default read buffer
 _DELTA = 0xA282EAD8
@@ -270,26 +271,102 @@ def _mapped(path):
         return np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
 
 
-def index(path, out, **_):
+#: the feature keys (image bytes, int64 label) of the Example layouts found by themselves,
+#: first match wins: DLIO's generator's, and TensorFlow's ImageNet (build_imagenet_data.py,
+#: the TF models' and slim's readers)
+KEYS = {"dlio": ("image", "label"), "tensorflow": ("image/encoded", "image/class/label")}
+
+
+def _keys_of(buf, off, ln, images, labels, path):
+    """(image key, label key) of the Examples ``buf[off:off+ln]``: the user's (``images``,
+    ``labels``), else the first layout of ``KEYS`` whose image feature every record has;
+    None: records of no such layout (kept as their data)."""
+    if images is None:
+        for image, label in KEYS.values():
+            try:
+                example_images(buf, off, ln, image.encode(), (labels or label).encode())
+                return image, labels or label
+            except ValueError:
+                pass
+        if labels is None:
+            return None
+        raise HpcioError(f"{path}: --labels {labels}: its records are not Examples with "
+                         f"an image feature of a known layout ({_known()}); name it with "
+                         f"--images")
+    try:
+        example_images(buf, off, ln, images.encode(), (labels or "label").encode())
+    except ValueError:
+        raise HpcioError(f"{path}: --images {images}: not every record is a "
+                         f"tf.train.Example with one '{images}' bytes feature") from None
+    return images, labels or "label"
+
+
+def _known():
+    return "; ".join(f"{n}: {i}, {lab}" for n, (i, lab) in KEYS.items())
+
+
+def _compression(path, head):
+    """The compression of a TFRecord file whose first bytes (``head``) are not a record:
+    TFRecordOptions' GZIP (gzip's magic) or ZLIB (a zlib stream whose start inflates to
+    a record's length field and its CRC), or None."""
+    if head[:2] == b"\x1f\x8b":
+        return "GZIP"
+    try:
+        got = zlib.decompressobj().decompress(head, 12)
+    except zlib.error:
+        return None
+    return "ZLIB" if len(got) == 12 and masked_crc(got[:8]) == \
+        int.from_bytes(got[8:], "little") else None
+
+
+_DECOMPRESS = {"GZIP": "gzip -dc FILE > FILE.tfrecord",
+               "ZLIB": "python -c \"import sys,zlib; sys.stdout.buffer.write(zlib.decompress("
+                       "open(sys.argv[1],'rb').read()))\" FILE > FILE.tfrecord"}
+
+
+def _refuse_compressed(buf, path):
+    """A compressed TFRecord (TFRecordOptions' compression_type) refused in one line:
+    readers read its records at their byte offsets, which compression hides."""
+    head = bytes(buf[:1 << 12])
+    if len(head) >= 12 and masked_crc(head[:8]) == int.from_bytes(head[8:12], "little"):
+        return
+    comp = _compression(path, head)
+    if comp:
+        raise HpcioError(f"{path}: a {comp}-compressed TFRecord: hpcio reads records at "
+                         f"their byte offsets (decompress it first: "
+                         f"{_DECOMPRESS[comp].replace('FILE', path)})")
+
+
+def index(path, out, images=None, labels=None, **_):
     """Manifest and record index of TFRecord files made elsewhere (one file, or a folder
     of ``.tfrecord`` files, sorted by path), every CRC checked. Records that are all
-    Examples with an ``image`` feature are decoded to it (``container: example``), with
-    their ``label``; other records are their data as it is, unlabelled."""
+    Examples with an image feature (the keys ``images`` and ``labels`` name, else a layout
+    of ``KEYS``) are decoded to it (``container: example``), with their label; other
+    records are their data as it is, unlabelled. Compressed files are refused."""
     paths = _tf_files(path)
     if not paths:
         raise HpcioError(f"{path}: no .tfrecord files")
-    offs, lens, labs, images, file_of, shards, sizes = [], [], [], [], [], [], []
-    example, lo = True, 0
+    offs, lens, labs, images_at, file_of, shards, sizes = [], [], [], [], [], [], []
+    keys, lo = False, 0
     for j, p in enumerate(paths):
         buf = _mapped(p)
+        _refuse_compressed(buf, p)
         off, ln, _ = frames(buf, p)
-        if example:
+        if keys is False and len(off):
+            keys = _keys_of(buf, off, ln, images, labels, p)
+        if not len(off):
+            images_at.append((off, ln))
+            labs.append(np.zeros(0, np.int64))
+        elif keys:
             try:
-                io, il, lab = example_images(buf, off, ln)
-                images.append((io, il))
-                labs.append(lab)
+                io, il, lab = example_images(buf, off, ln, keys[0].encode(),
+                                             keys[1].encode())
             except ValueError:
-                example = False
+                raise HpcioError(f"{p}: not every record is a tf.train.Example with one "
+                                 f"'{keys[0]}' bytes feature, as those of "
+                                 f"{paths[0]} are") from None
+            images_at.append((io, il))
+            labs.append(lab)
         offs.append(off)
         lens.append(ln)
         file_of.append(np.full(len(off), j, np.int32))
@@ -302,11 +379,13 @@ def index(path, out, **_):
     n = len(off)
     if n == 0:
         raise HpcioError(f"{path}: its TFRecord files hold no records")
+    example = bool(keys)
     label = np.concatenate(labs) if example else np.full(n, -1, np.int64)
     file = np.concatenate(file_of)
     a, b = int(off[0]), int(length[0])
     if example:
-        io, il = np.concatenate([x[0] for x in images]), np.concatenate([x[1] for x in images])
+        io = np.concatenate([x[0] for x in images_at])
+        il = np.concatenate([x[1] for x in images_at])
         a, b = a + int(io[0]), int(il[0])
     with open(paths[int(file[0])], "rb") as f:  # the first record's sample
         f.seek(a)
@@ -320,7 +399,7 @@ def index(path, out, **_):
     extra = {"tfrecord": {"record": "example" if example else "data"}}
     if example:
         extra["container"] = "example"
-        extra["tfrecord"].update(image="image", label="label")
+        extra["tfrecord"].update(image=keys[0], label=keys[1])
     files = [os.path.relpath(p, out) for p in paths]
     idx = RecordIndex(file, off, length, label, files, sizes)
     m = index_manifest("tfrecord", enc, shape, "uint8", classes_of(label), n, shards[0],

@@ -131,17 +131,22 @@ def _decode_image(batch, shape, layout="hwc", dtype="uint8"):
 DECODERS = {"raw": _decode_raw, "png": _decode_image, "jpeg": _decode_image}
 
 
-def _examples(data, offsets):
-    try:
-        return payloads(data, offsets)
-    except ValueError:
-        raise HpcioError("a record of the batch is not a tf.train.Example with one image "
-                         "feature (the manifest's container: example)")
+def _examples(manifest):
+    """A TFRecord's Examples: the feature its index named (``tfrecord.image``), as
+    ``tf.io.parse_single_example`` gives it."""
+    key = (manifest.get("tfrecord") or {}).get("image", "image")
+
+    def unwrap(data, offsets):
+        try:
+            return payloads(data, offsets, key.encode())
+        except ValueError:
+            raise HpcioError(f"a record of the batch is not a tf.train.Example with one "
+                             f"'{key}' bytes feature (the manifest's container: example)")
+    return unwrap
 
 
-#: records that hold the sample inside (the manifest's ``container``): (data, offsets) of
-#: a batch -> (data, offsets) of its samples, before decoding. A TFRecord's Example: its
-#: ``image`` feature, as ``tf.io.parse_single_example`` gives it
+#: records that hold the sample inside (the manifest's ``container``): manifest ->
+#: function of (data, offsets) of a batch -> (data, offsets) of its samples
 CONTAINERS = {"example": _examples}
 
 
@@ -149,7 +154,7 @@ def unwrapper(manifest):
     """The function that takes a batch's samples out of their records (``CONTAINERS``),
     or None where records are the samples."""
     c = manifest.get("container")
-    return None if c is None else lookup(CONTAINERS, c, "record container")
+    return None if c is None else lookup(CONTAINERS, c, "record container")(manifest)
 
 
 class _Samples:
