@@ -322,7 +322,7 @@ def _older(path, version, dxt):
     if importlib.util.find_spec("darshan") is None:
         raise HpcioError(f"{path}: a Darshan log of format {version}, which hpcio reads "
                          f"through PyDarshan: install it (pip install 'hpcio[darshan]')")
-    from darshan.backend import cffi_backend as be
+    from darshan.backend import cffi_backend as be  # PyDarshan: optional, loads its C library
 
     with _stderr_kept() as said:
         h = be.log_open(path)
