@@ -33,7 +33,7 @@ from .explain.runs import expand
 from .explain.summary import au_threshold_percent, run_summary
 from .cli import ArgumentParser, au_percent
 from .errors import HpcioError, guard
-from .outputs import claim_file
+from .outputs import claim_dir, claim_file
 from .measure.rundir import RunDir
 from .measure.steps import COMPONENTS, SINCE_EXCHANGE, rank_summary
 
@@ -230,6 +230,8 @@ def export(paths, output, threshold=None, force=False, mlpstorage=None, system="
     if bad:
         raise HpcioError(bad[0] + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
     claim_file(output, "-o", is_export, force)
+    if mlpstorage:
+        claim_dir(mlpstorage, "--mlpstorage", {})
     seen = list(dict.fromkeys(d for d, _ in dirs))
     if not seen:
         raise HpcioError(f"{' '.join(paths)}: no finished run to export")

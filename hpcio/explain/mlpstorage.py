@@ -84,10 +84,9 @@ def write_tree(rows, configs, root, system):
         leaf = os.path.join(root, system, "training", row["model"] if row["model"] !=
                             "emulate" or not config.get("workload") else
                             workload_config(config["workload"])[0].model, "run", ts)
-        n = 1
-        while leaf in leaves:
-            leaf = leaf.rstrip("0123456789_") + f"_{ts[-6:]}_{n}"
-            n += 1
+        base, n = leaf, 1
+        while leaf in leaves:  # runs whose config.yaml were written in the same second
+            leaf, n = f"{base}_{n}", n + 1
         cfg, overrides = _dlio_config(row, config)
         summary = _summary(row, time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t)),
                            None, [])
