@@ -28,11 +28,12 @@ import sys
 
 from .measure import schema
 from .explain.export import AU_THRESHOLD, export_rows, is_export, output_format, write_rows
+from .explain.mlpstorage import write_tree
 from .explain.runs import expand
 from .explain.summary import au_threshold_percent, run_summary
 from .cli import ArgumentParser, au_percent
 from .errors import HpcioError, guard
-from .outputs import claim_file
+from .outputs import claim_dir, claim_file
 from .measure.rundir import RunDir
 from .measure.steps import COMPONENTS, SINCE_EXCHANGE, rank_summary
 
@@ -208,12 +209,18 @@ def build_parser():
                    help="the AU a run must reach (MLPerf Storage: 90 for 3D U-Net and "
                         "ResNet-50, 70 for CosmoFlow; default: each run's own, from its "
                         f"workload, else {AU_THRESHOLD:g})")
+    e.add_argument("--mlpstorage", metavar="DIR", default=None,
+                   help="also write each run as a leaf of mlpstorage's results layout "
+                        "(DIR/SYSTEM/training/MODEL/run/TIMESTAMP/: DLIO's summary.json, "
+                        "metadata, dlio_config/) for `mlpstorage reports reportgen`")
+    e.add_argument("--system", default="hpcio", metavar="NAME",
+                   help="the system name of the --mlpstorage tree (default: hpcio)")
     e.add_argument("--force", action="store_true",
                    help="replace an existing FILE that is not an earlier export")
     return p
 
 
-def export(paths, output, threshold=None, force=False):
+def export(paths, output, threshold=None, force=False, mlpstorage=None, system="hpcio"):
     """Write the rows of every run under ``paths`` into ``output``; returns (rows,
     problems). A path that holds no run is an error, before anything is written, and so
     is an ``output`` in a run's or dataset's directory or one hpcio did not write (unless
@@ -223,18 +230,24 @@ def export(paths, output, threshold=None, force=False):
     if bad:
         raise HpcioError(bad[0] + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""))
     claim_file(output, "-o", is_export, force)
+    if mlpstorage:
+        claim_dir(mlpstorage, "--mlpstorage", {})
     seen = list(dict.fromkeys(d for d, _ in dirs))
     if not seen:
         raise HpcioError(f"{' '.join(paths)}: no finished run to export")
     rows, problems = export_rows(seen, threshold)
     write_rows(rows, output)
+    if mlpstorage:
+        write_tree(rows, [RunDir(r["run_dir"]).config()[0] for r in rows], mlpstorage,
+                   system)
     return rows, problems
 
 
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if args.command == "export":
-        rows, problems = export(args.runs, args.output, args.au_threshold, args.force)
+        rows, problems = export(args.runs, args.output, args.au_threshold, args.force,
+                                args.mlpstorage, args.system)
         print(f"hpcio.results: {len(rows)} run(s) written to {args.output}")
         for p in problems:
             print(f"hpcio.results: {p}", file=sys.stderr)

@@ -11,12 +11,21 @@ epoch's first step left out as MLPerf Storage does, mean over ranks, over all ep
 averages per-epoch values); ``train_io_mean_MB_per_second`` is MiB/s of record bytes
 delivered (DLIO's is samples/s x record length / 2**20: MiB/s too, despite the name).
 
-``rules``: the MLPerf Storage (v2.0 submission guidelines) rules hpcio can check from a
-run; ``RULES`` lists them. "pass", or "fail: " and the reasons. Not checked, because a run
-does not show them: the seed changing between runs, stable storage, the data loader being
-MLPerf's own. ``category`` is mlpstorage's verdict: "open" when every checked rule holds,
-else "invalid"; never "closed", which needs MLPerf's own benchmark code (DLIO) and
-workload configurations: hpcio's readers and formats are OPEN-division changes at best.
+``rules``: the MLPerf Storage rules hpcio can check from a run; ``RULES`` lists them.
+"pass", or "fail: " and the reasons. Not checked, because a run does not show them: the
+seed changing between runs, stable storage, the data loader being MLPerf's own.
+``category`` is mlpstorage's verdict: "open" when every checked rule holds, else "invalid";
+never "closed", which needs MLPerf's own benchmark code (DLIO): hpcio's readers stand in
+for DLIO's data loader (``reader.data_loader``, an OPEN tunable) at best.
+
+``settings``: a ``--workload`` run's settings as mlpstorage's training checker
+(``mlpstorage/rules.py`` ``TrainingRulesChecker.check_allowed_params``) judges DLIO
+overrides: each setting of ``SETTINGS`` that differs from the workload's is a CLOSED
+tunable, an OPEN one, or neither, which makes the run invalid (rule ``settings``).
+
+Repeats: the runs of one workload (same ``workload_hash``), in the order given, are a
+warm-up and measured runs (``repeat``); the published figures are the means of the first
+5 measured runs (mlpstorage's rule: 1 warm-up + 5, the mean of the 5).
 """
 
 import csv
@@ -24,13 +33,17 @@ import io
 import json
 import os
 
+import yaml
+
 from ..errors import HpcioError
 from ..fsutil import atomic_write, jsonable
 from ..measure import schema
 from ..measure.rundir import RunDir
+from ..workloads import WORKLOADS, load as load_workload
 
-__all__ = ["COLUMNS", "RULES", "AU_THRESHOLD", "REPEATS", "run_row", "export_rows",
-           "write_rows", "output_format", "csv_cell", "from_csv", "FORMATS", "is_export"]
+__all__ = ["COLUMNS", "RULES", "AU_THRESHOLD", "REPEATS", "SETTINGS", "run_row",
+           "export_rows", "write_rows", "output_format", "csv_cell", "from_csv", "FORMATS",
+           "is_export", "settings_changed", "workload_config"]
 
 AU_THRESHOLD = 90.0  # % (MLPerf Storage: 3D U-Net and ResNet-50 90, CosmoFlow 70)
 REPEATS = 6  # a warm-up run + 5 measured runs (guidelines 6.6, 3: "benchmark result")
@@ -79,23 +92,135 @@ COLUMNS = [
     ("hpcio_version", str, "provenance.json hpcio_version"),
     ("git_commit", str, "provenance.json git.commit (hpcio's checkout), empty if none"),
     ("git_dirty", bool, "provenance.json git.dirty: uncommitted changes to tracked files"),
+    ("settings", str, "a --workload run's settings against the workload's (SETTINGS): "
+                      "'closed-eligible settings', 'open settings: ...' or 'invalid: ...'; "
+                      "empty for a run without --workload"),
+    ("min_samples", int, "records the dataset must hold: max(500 steps x batch x "
+                         "accelerators, 5 x the hosts' memory / record length)"),
+    ("potential_caching", list, "per host, 1 if its memory exceeds its share of the "
+                                "dataset (dataset_bytes / hosts): DLIO's flag"),
+    ("repeat", str, "'warm-up' for the first run of its workload_hash here, else the "
+                    "measured run's number (1, 2, ...)"),
+    ("published_throughput_samples_per_second", float,
+     "the mean of train_throughput_mean_samples_per_second over measured runs 1-5 of this "
+     "workload_hash (empty until there are 5)"),
+    ("published_io_MB_per_second", float, "the same mean of train_io_mean_MB_per_second"),
     ("category", str, "'open' if every checked rule holds, else 'invalid' (never 'closed')"),
     ("rules", str, "'pass', or 'fail: ' and each failed rule's reason ('; ' between)"),
 ]
 NAMES = [c[0] for c in COLUMNS]
 _TYPES = {c[0]: c[1] for c in COLUMNS}
 
-RULES = [  # name, what (MLPerf Storage v2.0 submission guidelines)
+RULES = [  # name, what (MLPerf Storage v2.0 submission guidelines; v3.0 Rules.md)
     ("complete", "the run finished every epoch it was asked for and wrote its summary"),
     ("au", "AU (first step of each epoch left out) at or above the threshold (section 4)"),
-    ("dataset_size", f"dataset at least {MEMORY_MULTIPLE}x the sum of the hosts' memory "
-                     f"(6.6, 7)"),
+    ("dataset_size", f"files at least max({MIN_STEPS} steps x batch x accelerators, "
+                     f"{MEMORY_MULTIPLE} x the sum of the hosts' memory / file size), as "
+                     f"mlpstorage's calculate_training_data_size (v3.0 3.1.2)"),
+    ("settings", "a --workload run changes no setting of its workload but the CLOSED and "
+                 "OPEN tunables (v3.0 3.6.2, 3.6.3; SETTINGS)"),
     ("steps", f"at least {MIN_STEPS} steps per epoch (7)"),
     ("ranks_per_host", "every host runs the same number of ranks (9)"),
     ("no_cache", "not run with --cache warm (6.6: training data not cached on the hosts)"),
     ("repeats", f"the export holds at least {REPEATS} runs of this workload (same "
                 f"workload_hash): a warm-up and 5 measured runs (6.6, 3)"),
 ]
+
+
+CLOSED, OPEN = "a CLOSED tunable", "an OPEN tunable"
+DLIO_PREFETCH = 2  # DLIO's reader.prefetch_size when a config names none
+
+
+def _records_per_file(c):
+    d = c.get("dataset") or {}
+    return d["records"] // d["shards"] if d.get("records") and d.get("shards") else None
+
+
+# DLIO key, what hpcio calls it, the run's value (config.yaml), the workload's value
+# (Workload, its YAML), and what mlpstorage allows (None: neither CLOSED nor OPEN)
+SETTINGS = [
+    ("reader.batch_size", "batch", lambda c: c.get("batch"), lambda w, y: w.batch, None),
+    ("train.epochs", "epochs", lambda c: c.get("epochs"), lambda w, y: w.epochs, None),
+    ("train.computation_time", "compute time", lambda c: c.get("compute_time"),
+     lambda w, y: w.compute_time, None),
+    ("train.computation_time_stdev", "compute stdev",
+     lambda c: c.get("compute_std") if c.get("compute_dist") == "normal" else 0.0,
+     lambda w, y: w.compute_std, None),
+    ("train.total_training_steps", "steps", lambda c: c.get("steps"), lambda w, y: w.steps,
+     None),
+    ("train.seed", "seed", lambda c: c.get("seed"),
+     lambda w, y: c_or_none(w.seed), None),
+    ("metric.au", "AU threshold", lambda c: c.get("au_threshold"),
+     lambda w, y: w.au_threshold, None),
+    ("reader.sample_shuffle", "shuffle", lambda c: c.get("shuffle"), lambda w, y: w.shuffle,
+     None),
+    ("model.compute", "model", lambda c: c.get("model"), lambda w, y: "emulate", None),
+    ("reader.preprocess_time", "preprocess", lambda c: c.get("preprocess"),
+     lambda w, y: "off", None),
+    ("workflow.checkpoint", "checkpoints", lambda c: bool(c.get("checkpoint_every")),
+     lambda w, y: c_or_none((y.get("workflow") or {}).get("checkpoint")), None),
+    ("dataset.num_samples_per_file", "records per file", _records_per_file,
+     lambda w, y: w.samples_per_file, OPEN),
+    ("dataset.num_files_train", "files", lambda c: (c.get("dataset") or {}).get("shards"),
+     lambda w, y: w.files, CLOSED),
+    ("dataset.data_folder", "data folder", lambda c: c.get("data"),
+     lambda w, y: w.data_folder, CLOSED),
+    ("reader.prefetch_size", "prefetch", lambda c: c.get("prefetch"),
+     lambda w, y: DLIO_PREFETCH if w.prefetch is None else w.prefetch, CLOSED),
+]
+_SKIP = object()  # the workload leaves the setting to the tool: nothing to compare
+
+
+def c_or_none(v):
+    return _SKIP if v is None else v
+
+
+def workload_config(spec):
+    """(Workload, its DLIO YAML as a dict) of the workload a run names, or None when it
+    can no longer be read (a config file moved)."""
+    try:
+        w = load_workload(spec)
+        with open(WORKLOADS.get(spec, w.source)) as f:
+            return w, yaml.safe_load(f)
+    except (HpcioError, OSError):
+        return None
+
+
+def settings_changed(config, wl):
+    """[(DLIO key, what, run's value, workload's value, allowed)] of the settings of the run
+    ``config`` that differ from workload ``wl`` ((Workload, YAML))."""
+    w, y = wl
+    out = []
+    for key, what, mine, theirs, allowed in SETTINGS:
+        want, got = theirs(w, y), mine(config)
+        if want is _SKIP or got == want:
+            continue
+        if isinstance(want, float) and isinstance(got, (int, float)) and \
+                abs(got - want) <= 1e-9 * max(1.0, abs(want)):
+            continue
+        out.append((key, what, got, want, allowed))
+    return out
+
+
+def _settings(config):
+    """(the ``settings`` column, the ``settings`` rule's reasons) of a run."""
+    spec = config.get("workload")
+    if not spec:
+        return None, []
+    wl = workload_config(spec)
+    if wl is None:
+        why = f"the workload {spec} cannot be read to compare the run's settings with"
+        return f"invalid: {why}", [f"settings: {why}"]
+    changed = settings_changed(config, wl)
+    bad = [f"{what} {got} is not the workload's {want} (not a tunable)"
+           for _, what, got, want, allowed in changed if allowed is None]
+    if bad:
+        return "invalid: " + "; ".join(bad), ["settings: " + b for b in bad]
+    opened = [f"{what} {got} (the workload's {want})"
+              for _, what, got, want, allowed in changed if allowed is OPEN]
+    if opened:
+        return "open settings: " + "; ".join(opened), []
+    return "closed-eligible settings", []
 
 
 def _read(reader, path, problems):
@@ -158,7 +283,39 @@ def run_row(path, threshold=None):
         "hpcio_version": prov.get("hpcio_version"), "git_commit": git.get("commit"),
         "git_dirty": git.get("dirty"),
     }
-    return row, _broken(row, summary, config, hosts, threshold), problems
+    row["settings"], why = _settings(config)
+    row["min_samples"], row["potential_caching"], size_why = _dataset_size(row, config,
+                                                                           hosts)
+    return row, _broken(row, summary, config, hosts, threshold) + size_why + why, problems
+
+
+def _dataset_size(row, config, hosts):
+    """(min_samples, potential_caching, the dataset_size rule's reasons): the files the
+    run read against mlpstorage's required count (calculate_training_data_size: in whole
+    files, the memory bound in bytes of all hosts' MemTotal)."""
+    mem = [h["mem_total_bytes"] for h in hosts or []]
+    d = config.get("dataset") or {}
+    records, files, size = d.get("records"), d.get("shards"), config.get("dataset_bytes")
+    batch, ranks = row["batch_size"] or config.get("batch"), row["num_accelerators"]
+    if not mem or None in mem:
+        return None, None, ["dataset_size: the hosts' memory is unknown (no usable "
+                            "provenance.json)"]
+    if not (records and files and size and batch and ranks):
+        return None, None, ["dataset_size: the run's records, files, bytes, batch or ranks "
+                            "are unknown"]
+    per_file = records // files
+    file_bytes = size / files
+    by_steps = MIN_STEPS * batch * ranks
+    by_mem = int(MEMORY_MULTIPLE * sum(mem) // file_bytes)
+    need = max(by_mem, by_steps // per_file)
+    caching = [int(m > size / len(mem)) for m in mem]
+    why = []
+    if files < need:
+        bound = (f"{MEMORY_MULTIPLE} x {sum(mem):,} B of host memory / {file_bytes:,.0f} B "
+                 f"per file" if by_mem >= by_steps // per_file else
+                 f"{MIN_STEPS} steps x batch {batch} x {ranks} accelerator(s)")
+        why.append(f"dataset_size: {files:,} files < {need:,} ({bound})")
+    return max(by_steps, int(MEMORY_MULTIPLE * sum(mem) * records // size)), caching, why
 
 
 def _broken(row, summary, config, hosts, threshold):
@@ -179,13 +336,6 @@ def _broken(row, summary, config, hosts, threshold):
         out.append("au: no AU in the summary")
     elif au < threshold:
         out.append(f"au: {au:.2f}% < {threshold:g}%")
-    mem = [h["mem_total_bytes"] for h in hosts or []]
-    size = config.get("dataset_bytes")
-    if not mem or None in mem:
-        out.append("dataset_size: the hosts' memory is unknown (no usable provenance.json)")
-    elif size is None or size < MEMORY_MULTIPLE * sum(mem):
-        out.append(f"dataset_size: {size or 0:,} B < {MEMORY_MULTIPLE} x {sum(mem):,} B "
-                   f"of host memory")
     steps = row["steps_per_epoch"]
     if steps is None or steps < MIN_STEPS:
         out.append(f"steps: {steps} steps per epoch < {MIN_STEPS}")
@@ -209,6 +359,7 @@ def export_rows(runs, threshold=None):
     count = {}
     for row in rows:
         count[row["workload_hash"]] = count.get(row["workload_hash"], 0) + 1
+    _repeats(rows)
     for row, why in zip(rows, broken):
         n = count[row["workload_hash"]]
         if not row["workload_hash"]:
@@ -218,6 +369,24 @@ def export_rows(runs, threshold=None):
         row["category"] = "invalid" if why else "open"
         row["rules"] = "fail: " + "; ".join(why) if why else "pass"
     return rows, problems
+
+
+def _repeats(rows):
+    """``repeat`` and the published means of each row: per workload_hash, in order, a
+    warm-up then measured runs; the mean over measured runs 1 to REPEATS - 1."""
+    groups = {}
+    for row in rows:
+        groups.setdefault(row["workload_hash"], []).append(row)
+    for group in groups.values():
+        measured = group[1:REPEATS]
+        full = len(measured) == REPEATS - 1
+        for i, row in enumerate(group):
+            row["repeat"] = "warm-up" if i == 0 else str(i)
+            for out, col in (("published_throughput_samples_per_second",
+                              "train_throughput_mean_samples_per_second"),
+                             ("published_io_MB_per_second", "train_io_mean_MB_per_second")):
+                vals = [r[col] for r in measured]
+                row[out] = sum(vals) / len(vals) if full and None not in vals else None
 
 
 def csv_cell(v):
