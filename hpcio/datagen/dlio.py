@@ -29,12 +29,16 @@ CRC32C.
 
 import math
 import os
+import zipfile
 
 import numpy as np
+from PIL import Image
 
-from ..errors import HpcioError
+from ..data.dataset import open_dataset
 from ..mpiutil import on_root, raise_everywhere
 from ..progress import Progress
+from .importers import index_path
+from .write import MARKER, lock_output, prepare_output
 
 __all__ = ["FORMATS", "dims", "file_names", "generate", "write_npz", "write_jpeg"]
 
@@ -61,7 +65,6 @@ def file_names(n, ext, split="train"):
 
 def write_npz(path, side, samples, rng):
     """``np.savez(path, x=<(d1, d2, samples) uint8>, y=[0] * samples)`` streamed."""
-    import zipfile
     fmt = np.lib.format
     shape = (int(side[0]), int(side[1]), int(samples))
     head = {"descr": "|u1", "fortran_order": samples > 1, "shape": shape}
@@ -79,7 +82,6 @@ def write_npz(path, side, samples, rng):
 
 def write_jpeg(path, side, samples, rng):
     """Random grey pixels (DLIO: ``np.random.randint(255)``) saved as Pillow's JPEG."""
-    from PIL import Image
     px = rng.integers(0, 255, size=(int(side[0]), int(side[1])), dtype=np.uint8)
     Image.fromarray(px).save(path, format="JPEG", bits=8)
 
@@ -93,9 +95,6 @@ def generate(out, workload, records=None, seed=0, force=False, comm=None,
     """Write ``workload``'s training files (``records`` of them, scaled down, default the
     config's) into ``out`` as DLIO does, then index them; collective over ``comm``.
     Returns the :class:`~hpcio.data.dataset.Dataset` on every rank."""
-    from ..data.dataset import open_dataset
-    from .importers import index_path
-    from .write import MARKER, lock_output, prepare_output
     ext, write = FORMATS[workload.format]
     per = workload.samples_per_file
     n = -(-int(records) // per) if records else workload.files
