@@ -4,7 +4,9 @@ line, what hpcio does not model said in one line, bad configs refused in one lin
 
 import json
 import os
+import zlib
 
+import numpy as np
 import pytest
 import yaml
 
@@ -12,12 +14,18 @@ from common.failure import one_line
 from common.inproc import run_main
 from common.mpi import run_mpi
 from hpcio.errors import HpcioError
-from hpcio.workloads import MLPERF_AU, WORKLOADS, load
+from hpcio.workloads import ACCELERATORS, MLPERF_AU, WORKLOADS, load
 
-# from dlio_benchmark's configs/workload/*.yaml (the files shipped in hpcio/workloads/dlio)
+# from dlio_benchmark's configs/workload/*.yaml and mlcommons/storage v3.0's (the files
+# shipped in hpcio/workloads/dlio)
 DLIO = {"unet3d_h100": ("npz", 168, 1, 146600628, 7, 0.323, 90.0),
         "resnet50_a100": ("tfrecord", 1024, 1251, 114660, 400, 0.435, 90.0),
         "cosmoflow_h100": ("tfrecord", 524288, 1, 2828486, 1, 0.0035, 70.0)}
+V3 = {"unet3d_b200": ("npz", 7200, 1, 146600628, 7, 0.162, 90.0, 68341808, 5),
+      "retinanet_b200": ("jpeg", 1170301, 1, 322957, 24, 0.04755, 85.0, 0, 8),
+      "retinanet_mi355": ("jpeg", 1170301, 1, 322957, 32, 0.0634, 85.0, 0, 8),
+      "retinanet_h100": ("jpeg", 1743042, 1, 153600, 16, 0.180, 85.0, 51200, 5),
+      "retinanet_a100": ("jpeg", 1743042, 1, 153600, 16, 0.210, 85.0, 51200, 5)}
 
 
 @pytest.mark.parametrize("name", sorted(DLIO))
@@ -31,16 +39,43 @@ def test_shipped_workloads_read_as_dlio_wrote_them(name):
     assert side * side <= size < (side + 1) ** 2
 
 
+@pytest.mark.parametrize("name", sorted(V3))
+def test_v3_workloads_read_as_mlcommons_storage_wrote_them(name):
+    w = load(name)
+    assert (w.format, w.files, w.samples_per_file, w.record_bytes, w.batch, w.compute_time,
+            w.au_threshold, w.record_stdev, w.epochs) == V3[name]
+    with open(WORKLOADS[name]) as f:
+        head = f.readline() + f.readline()
+    assert "mlcommons/storage" in head and f"workload/{name}.yaml at " in head
+
+
+def test_the_accelerator_chooses_the_models_file(tmp_path):
+    from hpcio.train.options import parse_args
+    assert sorted(ACCELERATORS) == ["a100", "b200", "h100", "mi355", "v100"]
+    assert load("retinanet", "mi355").name == "retinanet_mi355"
+    assert load("unet3d_b200", "b200").name == "unet3d_b200"
+    a = parse_args(["--workload", "retinanet", "--accelerator", "b200", "--data", "x"])
+    assert (a.workload, a.batch, a.compute_time) == ("retinanet_b200", 24, 0.04755)
+    with pytest.raises(HpcioError, match="has no file for mi355"):
+        load("unet3d", "mi355")
+    with pytest.raises(HpcioError, match="is for h100, not --accelerator b200"):
+        load("unet3d_h100", "b200")
+    p = run_main(["-m", "hpcio.datagen", "generate", tmp_path / "d", "--workload",
+                  "unet3d", "--accelerator", "tpu"])
+    assert "unknown accelerator 'tpu'" in one_line(p, "hpcio.datagen")
+    assert not os.path.exists(tmp_path / "d")
+
+
 def test_every_mlperf_training_workload_is_shipped_with_its_threshold():
-    for model, au in MLPERF_AU.items():
-        for acc in ("a100", "h100", "v100"):
-            assert load(f"{model}_{acc}").au_threshold == au     # v100 files name none
+    for name in WORKLOADS:
+        model = name.rsplit("_", 1)[0]
+        assert load(name).au_threshold == MLPERF_AU[model]     # v100 files name none
 
 
 def test_what_hpcio_does_not_model_is_listed():
     w = load("unet3d_h100")
     assert "checkpoint.epochs_between_checkpoints" in w.unmodelled
-    assert "dataset.record_length_bytes_stdev" in w.unmodelled
+    assert "dataset.record_length_bytes_resize" in w.unmodelled    # DLIO's reader's
     assert "train.computation_time" not in w.unmodelled
     line = w.unmodelled_line("hpcio.train")
     assert "\n" not in line and line.startswith("hpcio.train: workload unet3d_h100:")
@@ -151,7 +186,7 @@ def test_a_workload_name_not_shipped_names_those_that_are(tmp_path):
     p = run_main(["-m", "hpcio.datagen", "generate", tmp_path / "d", "--workload", "unet4d"])
     line = one_line(p, "hpcio.datagen")
     assert "unet4d" in line and "unet3d_h100" in line
-    assert not os.path.exists(tmp_path / "d") and len(WORKLOADS) == 9
+    assert not os.path.exists(tmp_path / "d") and len(WORKLOADS) == 14
 
 
 @pytest.mark.mpi
@@ -176,3 +211,110 @@ def test_mlperf_training_workloads_run_with_both_readers_and_are_judged(name, tm
         assert s["workload"] == name and s["au_threshold_percent"] == w.au_threshold
         assert s["au_pass"] == (s["metrics"]["au_percent"] >= w.au_threshold)
         assert f"AU threshold of {name}: {w.au_threshold:.0f}%: " in p.stdout
+
+
+# ---- data as DLIO makes it ---------------------------------------------------------------
+
+def _records(ds):
+    """Every record's bytes, as the index places them in the files."""
+    out = []
+    for i in range(len(ds.index)):
+        with open(ds.path(ds.index.file[i]), "rb") as f:
+            f.seek(int(ds.index.offset[i]))
+            out.append(f.read(int(ds.index.length[i])))
+    return out
+
+
+def test_every_workloads_data_is_random_bytes_that_do_not_compress(tmp_path):
+    """Two records of every shipped workload (npz and JPEG ones as DLIO's generator makes
+    them, at most 256 KiB a record here; the others in hpcio's layout): fast zlib gains
+    under 5%, as on DLIO's random data."""
+    from dataclasses import replace
+
+    from hpcio.data.dataset import open_dataset
+    from hpcio.datagen import dlio
+    ratios = {}
+    for name in WORKLOADS:
+        w, out = load(name), tmp_path / name
+        if w.format in dlio.FORMATS:
+            scale = min(1.0, (256 << 10) / w.record_bytes)
+            dlio.generate(out, replace(w, record_bytes=int(w.record_bytes * scale),
+                                       record_stdev=w.record_stdev * scale), records=2)
+        else:
+            g = run_main(["-m", "hpcio.datagen", "generate", out, "--workload", name,
+                          "--records", 2, "--no-progress"])
+            assert g.returncode == 0, g.stderr
+        raw = b"".join(_records(open_dataset(str(out))))
+        ratios[name] = len(raw) / len(zlib.compress(raw, 1))
+    print("zlib level 1 ratios:", {k: round(v, 4) for k, v in ratios.items()})
+    assert max(ratios.values()) < 1.05, ratios
+
+
+def test_dlio_names_folders_sizes_and_npz_layout(tmp_path):
+    """DLIO's names (``add_padding(i, len(str(n)))``), its folders, sizes drawn per file
+    from the config's stdev, and npz files of several samples read as DLIO's readers
+    read them."""
+    from hpcio.data.dataset import open_dataset
+    from hpcio.datagen.dlio import dims, file_names
+    assert file_names(1000, "npz")[7] == "train/img_0007_of_1000.npz"
+    d = dims(146600628, 68341808, 2000)
+    area = d[:, 0] * d[:, 1]
+    assert d.min() >= 1 and abs(area.mean() / 146600628 - 1) < 0.03 and area.std() > 2e7
+    assert (dims(322957, 0, 3) == 568).all()          # int(sqrt(322957)), no stdev
+    cfg = dlio_config(tmp_path / "w.yaml", dataset={
+        "format": "npz", "num_files_train": 3, "num_samples_per_file": 4,
+        "record_length_bytes": 4096, "record_length_bytes_stdev": 1024})
+    g = run_main(["-m", "hpcio.datagen", "generate", tmp_path / "d", "--workload", cfg])
+    assert g.returncode == 0, g.stderr
+    assert sorted(os.listdir(tmp_path / "d" / "train")) == [
+        f"img_{i}_of_3.npz" for i in range(3)] and os.listdir(tmp_path / "d" / "valid") == []
+    ds = open_dataset(str(tmp_path / "d"))
+    recs, shapes = _records(ds), set()
+    for j, rel in enumerate(ds.index.files):
+        # dlio_benchmark reader/npz_reader.py at e1919d7: open() is
+        # np.load(filename, allow_pickle=True)['x'], get_sample() is [..., sample_index]
+        x = np.load(tmp_path / "d" / rel, allow_pickle=True)["x"]
+        assert x.ndim == 3 and x.shape[2] == 4 and x.dtype == np.uint8
+        shapes.add(x.shape)
+        for k in range(4):
+            sample = x[..., k]
+            assert sample.shape == x.shape[:2]
+            # hpcio's record k: one contiguous range of the file, the same bytes
+            assert recs[4 * j + k] == sample.ravel(order="K").tobytes()
+    assert len(shapes) == 3                           # sizes drawn per file
+
+
+def test_a_dlio_data_folder_indexes_at_its_root(tmp_path):
+    """DLIO's own layout, written as its generators write it (np.savez of (d1, d2, 1) and
+    labels [0]; Pillow's JPEG of random grey pixels): ``datagen index DATA`` indexes
+    DATA/train."""
+    from PIL import Image
+    rng = np.random.default_rng(1)
+    for fmt, n in (("npz", 3), ("jpeg", 4)):
+        top = tmp_path / fmt
+        (top / "train").mkdir(parents=True)
+        (top / "valid").mkdir()
+        for i in range(n):
+            px = rng.integers(0, 255, size=(40 + i, 30 + 2 * i), dtype=np.uint8)
+            p = top / "train" / f"img_{i}_of_{n}.{fmt}"
+            if fmt == "npz":
+                np.savez(p, x=px[..., None], y=[0])
+            else:
+                Image.fromarray(px).save(p, format="JPEG", bits=8)
+        x = run_main(["-m", "hpcio.datagen", "index", top])
+        assert x.returncode == 0, x.stderr
+        v = run_main(["-m", "hpcio.datagen", "info", top, "--verify"])
+        assert f"records {n}," in v.stdout and "checksums: ok" in v.stdout, v.stderr
+
+
+def test_dlio_data_is_replaced_with_force_and_refused_without(tmp_path):
+    cfg = dlio_config(tmp_path / "w.yaml", dataset={
+        "format": "jpeg", "num_files_train": 2, "record_length_bytes": 1024})
+    d = tmp_path / "d"
+    for extra in ([], ["--force"]):
+        g = run_main(["-m", "hpcio.datagen", "generate", d, "--workload", cfg] + extra)
+        assert g.returncode == 0, g.stderr
+    p = run_main(["-m", "hpcio.datagen", "generate", d, "--workload", cfg])
+    assert p.returncode != 0 and "already holds an hpcio dataset (pass --force" in \
+        p.stderr.splitlines()[-1]
+    assert sorted(os.listdir(d / "train")) == ["img_0_of_2.jpeg", "img_1_of_2.jpeg"]

@@ -202,6 +202,15 @@ def _scenes(seed, ids, lab, shape, classes):
     return np.clip(np.rint(img), 0, 255).astype(np.uint8)
 
 
+def _noise(seed, ids, shape):
+    """Random bytes from (seed, id): data that does not compress, as DLIO writes it."""
+    out = np.empty((len(ids),) + tuple(shape), np.uint8)
+    for k, i in enumerate(ids):
+        out[k] = np.frombuffer(np.random.default_rng([int(seed), int(i)]).bytes(
+            out[k].size), np.uint8).reshape(shape)
+    return out
+
+
 def render(style, seed, ids, shape, classes):
     """Pixels (n, H, W, C) uint8 and labels (n,) int64 of records ``ids``."""
     ids = np.asarray(ids, dtype=np.int64)
@@ -210,6 +219,8 @@ def render(style, seed, ids, shape, classes):
         return _digits(seed, ids, lab % 10, shape), lab
     if style == "scenes":
         return _scenes(seed, ids, lab, shape, classes), lab
+    if style == "noise":
+        return _noise(seed, ids, shape), lab
     raise HpcioError(f"unknown picture style {style!r}")
 
 

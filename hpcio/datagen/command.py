@@ -13,8 +13,9 @@ from ..data.presets import PRESETS, get_preset
 from ..errors import HpcioError, guard
 from ..formats import FORMATS, open_native
 from ..mpiutil import on_root
+from ..workloads import ACCELERATORS
 from ..workloads import load as load_workload
-from . import importers
+from . import dlio, importers
 from .write import dtypes_of, generate
 
 __all__ = ["build_parser", "main", "summary", "COMMANDS"]
@@ -55,8 +56,12 @@ def summary(ds):
         f" max {counts.max() if len(counts) else 0}"
         + (f", {int((idx.label < 0).sum())} unlabelled" if (idx.label < 0).any() else ""),
         f"  made by {m.get('generator')} ({m.get('source', '?')}" + (
-            f" for workload {m['workload']}: its record size and files, pixels drawn as "
-            f"preset {m['preset']}'s, seed {m['seed']}" if "workload" in m else
+            f" for workload {m['workload']}: DLIO's files, folders and record sizes, "
+            f"random bytes, seed {m['seed']}" if "dlio" in m else
+            f" for workload {m['workload']}: its record size and files, "
+            + ("random bytes" if m.get("content") == "random bytes" else
+               f"pixels drawn as preset {m.get('preset')}'s") + f", seed {m['seed']}"
+            if "workload" in m else
             f", preset {m['preset']}, seed {m['seed']}" if "preset" in m else "") + ")",
     ]
     return "\n".join(lines)
@@ -143,8 +148,15 @@ def build_parser():
                         "for offline preprocessing (the model's input, no decode/resize)")
     g.add_argument("--workload", metavar="NAME|FILE.yaml",
                    help="the dataset of a DLIO workload config (see hpcio.train "
-                        "--workload): its format, record size and files (shards) of its "
-                        "samples per file; --records scales it down, other flags override")
+                        "--workload): npz and JPEG workloads as DLIO's generator makes "
+                        "them (train/img_<i>_of_<n>.<format>, DLIO's record sizes, random "
+                        "bytes); others in hpcio's layout, its format, record size and "
+                        "files of its samples per file, random bytes; --records scales "
+                        "it down, output flags (--format, --shape, ...) make hpcio's "
+                        "layout instead")
+    g.add_argument("--accelerator", metavar="NAME",
+                   help="with --workload MODEL: its file for this accelerator ("
+                        f"{', '.join(ACCELERATORS)})")
     _add_output(g)
 
     i = sub.add_parser("import", formatter_class=ExamplesFormatter, help="write a dataset from data you have (local files "
@@ -261,8 +273,12 @@ def _index_keys(a):
 def _apply_workload(a, comm):
     """The workload's dataset settings where no flag gave one; what it asks that hpcio
     does not make, in one line."""
-    w = load_workload(a.workload)
+    w = load_workload(a.workload, a.accelerator)
     a.workload = w.name  # what the manifest records
+    mine = ("format", "shards", "shape", "encoding", "chunk_records", "quality")
+    if w.format in dlio.FORMATS and not a.format_option and a.dtype == "uint8" and \
+            all(getattr(a, k) is None for k in mine):
+        a.dlio = w  # DLIO's own layout: no hpcio output flag asks for another
     o = w.datagen_options(a.records)
     for k, v in o.items():
         if k == "format_option":        # the workload's format's; the user's own win
@@ -278,6 +294,12 @@ def _apply_workload(a, comm):
 
 
 def _cmd_generate(a, comm):
+    if getattr(a, "dlio", None):
+        ds = dlio.generate(a.out, a.dlio, a.records, a.seed, a.force, comm,
+                           _progress_default(a.progress))
+        if comm.Get_rank() == 0:
+            print(summary(ds), flush=True)
+        return
     p = get_preset(a.preset)
     raw = "raw" if a.dtype != "uint8" else None  # other element types are pixels
     ds = generate(a.out, a.preset, a.records, a.format, a.encoding or raw or p.encoding,
@@ -335,6 +357,8 @@ def main(argv=None):
     if argv and argv[0] not in COMMANDS and not argv[0].startswith("-"):
         argv.insert(0, "generate")  # `python -m hpcio.datagen OUT ...` generates
     a = build_parser().parse_args(argv)
+    if getattr(a, "accelerator", None) and not a.workload:
+        raise HpcioError("--accelerator goes with --workload MODEL", everywhere=True)
     if getattr(a, "workload", None):
         _apply_workload(a, _comm())
     if hasattr(a, "format"):

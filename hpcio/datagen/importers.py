@@ -26,7 +26,7 @@ from ..formats import detect, open_native
 from ..formats.base import Block, write_error
 from ..formats.images import FolderSource
 from ..mpiutil import on_root
-from .write import owned_files, remove_owned, write_dataset
+from .write import DLIO_SPLITS, owned_files, remove_owned, write_dataset
 
 __all__ = ["read_idx", "load_mnist", "load_cifar10", "ArraySource", "FolderSource",
            "import_data", "index_path", "update_index", "IMPORTERS"]
@@ -211,17 +211,31 @@ def import_data(kind, src, out, format="packed", encoding=None, shards=1, split=
 # ---- indexes of data made elsewhere ---------------------------------------------------------
 
 
+def _dlio_train(path):
+    """``path/train`` where ``path`` is a DLIO data folder (``train/`` and ``valid/``
+    and nothing else but hpcio's files): its training set is what a run reads."""
+    try:
+        names = [n for n in os.listdir(path) if not n.startswith(".")]
+    except OSError:
+        return path
+    if "train" not in names or not os.path.isdir(os.path.join(path, "train")):
+        return path
+    rest = set(names) - set(DLIO_SPLITS) - {MANIFEST, INDEX, "keys.npy"}
+    return path if rest else os.path.join(path, "train")
+
+
 def index_path(path, out=None, images=None, labels=None, force=False):
     """Write ``hpcio.json`` + ``index.npz`` for the dataset at ``path`` (made elsewhere)
     into ``out`` (default: ``path`` if a directory, else its folder); the data is only
     read. Returns the :class:`~hpcio.dataset.Dataset`."""
     path = os.path.abspath(path)
+    out = os.path.abspath(out or (path if os.path.isdir(path) else os.path.dirname(path)))
+    path = _dlio_train(path)
     fmt = detect(path)  # the format that indexes it
     given = [f"--{k}" for k, v in (("images", images), ("labels", labels)) if v is not None]
     if given and not fmt.info.named:
         raise HpcioError(f"{path}: {given[0]} names what is inside HDF5, npz or TFRecord "
                          f"files; this is {fmt.name} data", everywhere=True)
-    out = os.path.abspath(out or (path if os.path.isdir(path) else os.path.dirname(path)))
     os.makedirs(out, exist_ok=True)
     if is_dataset(out):
         if not force:

@@ -33,6 +33,8 @@ from ..progress import Progress
 __all__ = ["generate", "write_dataset", "check_dtype", "dtypes_of", "Synthetic",
            "prepare_output", "owned_files", "remove_owned", "block_records"]
 
+#: the folders of a DLIO data folder that hpcio.datagen.dlio makes
+DLIO_SPLITS = ("train", "valid")
 BLOCK_BYTES = 16 << 20  # raw pixels rendered per block: bounded memory, numpy-sized work
 
 
@@ -44,15 +46,16 @@ def block_records(record_bytes):
 class Synthetic:
     """Records of a preset: drawn pictures and labels from (seed, record id)."""
 
-    def __init__(self, preset, seed=0, records=None, shape=None):
+    def __init__(self, preset, seed=0, records=None, shape=None, style=None):
         self.preset = get_preset(preset) if isinstance(preset, str) else preset
+        self.style = style or self.preset.style
         self.seed = int(seed)
         self.records = self.preset.records if records is None else int(records)
         self.shape = tuple(self.preset.shape if shape is None else shape)
         self.classes = self.preset.classes
 
     def block(self, lo, hi, encoding, quality):
-        px, lab = pictures.render(self.preset.style, self.seed, np.arange(lo, hi),
+        px, lab = pictures.render(self.style, self.seed, np.arange(lo, hi),
                                   self.shape, self.classes)
         data, lengths = pictures.encode(px, encoding, quality)
         return Block(lo, hi, lab, data, lengths)
@@ -79,6 +82,9 @@ def owned_files(root):
             data = [str(p) for p in idx.files]
         except HpcioError:
             data = []
+        dlio = m.get("dlio")  # DLIO's folders, made by hpcio.datagen.dlio
+        if isinstance(dlio, dict):
+            dirs += [d for d in dlio.get("folders", []) if d in DLIO_SPLITS]
         for s in m.get("shards", []):
             p = s.get("path", "")
             if not p.startswith("shard-"):
@@ -125,7 +131,8 @@ def _leftovers(out):
             targets = json.load(f)["targets"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
-    return [t for t in targets if isinstance(t, str) and t.lstrip(".").startswith("shard-")
+    return [t for t in targets if isinstance(t, str) and (
+            t.lstrip(".").startswith("shard-") or t in DLIO_SPLITS)
             and "/" not in t.rstrip("/") and ".." not in t]
 
 
@@ -538,10 +545,14 @@ def generate(out, preset="mnist", records=None, format="packed", encoding="raw",
             raise HpcioError(f"shape must be H x W x C with C 1 or 3 (got {shape})",
                              everywhere=True)
         _fits_in_memory(shape)
-    src = Synthetic(p, seed, records, shape)
+    # a workload's raw records are random bytes, as DLIO's (pictures would compress)
+    noise = bool(workload) and encoding == "raw"
+    src = Synthetic(p, seed, records, shape, style="noise" if noise else None)
     quality = format_options.pop("quality", None) or p.quality
     return write_dataset(out, src, format, encoding, shards, force, comm, progress,
                          quality, manifest={"preset": p.name, "seed": int(seed),
                                             "source": "generate",
-                                            **({"workload": workload} if workload else {})},
+                                            **({"workload": workload} if workload else {}),
+                                            **({"content": "random bytes"} if noise
+                                               else {})},
                          desc=f"{p.name} {format}/{encoding}", **format_options)

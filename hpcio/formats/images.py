@@ -96,6 +96,8 @@ def list_tree(folder):
                          if e.is_dir() and not e.name.startswith("."))
     except OSError as e:
         raise HpcioError(f"{folder}: cannot list ({e.strerror})")
+    if not classes:  # one folder of images, no classes (DLIO's train/): class ""
+        classes = [""]
     out = []
     for c in classes:
         try:

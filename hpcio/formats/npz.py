@@ -370,15 +370,18 @@ def index(path, out, images=None, labels=None, **_):
     if not paths:
         raise HpcioError(f"{path}: no .npz files")
     offs, lens, labs, file_of, sizes = [], [], [], [], []
-    kind, axes = None, set()
+    kind, axes, sizes_vary = None, set(), False
     for j, p in enumerate(paths):
         off, ln, lab, sample, dtype, layout, axis = _one(p, xname, yname)
         this = (layout, sample, dtype.str)
         if kind is None:
             kind = this
-        elif this != kind:
+        elif this[::2] != kind[::2] or (sample is None) != (kind[1] is None) or (
+                sample is not None and len(sample) != len(kind[1])):
             raise HpcioError(f"{p}: {xname} holds {this[0]} samples {this[1]} {this[2]}, "
                              f"{paths[0]} holds {kind[0]} {kind[1]} {kind[2]}")
+        elif sample != kind[1]:
+            sizes_vary = True  # DLIO's record_length_bytes_stdev: raw sizes drawn per file
         axes.add(axis)
         offs.append(off)
         lens.append(ln)
@@ -409,7 +412,9 @@ def index(path, out, images=None, labels=None, **_):
     else:
         enc, shape, dtype = "raw", _picture_shape(sample), np.dtype(kind[2]).name
         keys["axis"] = axes.pop()
-        keys["shape"] = list(sample)
+        keys["shape"] = list(sample)  # the first file's
+        if sizes_vary:
+            keys["sizes_vary"] = True
     h = hashlib.sha256()  # of the records' bytes in order: one read per file
     for j, p in enumerate(paths if os.path.isdir(path) else []):
         sel = np.flatnonzero(file == j)

@@ -16,7 +16,7 @@ from ..cli import reader_options as parse_reader_options
 from ..errors import HpcioError
 from ..progress import EVERY
 from ..readers import READERS, check_options
-from ..workloads import WORKLOADS
+from ..workloads import ACCELERATORS, WORKLOADS
 from ..workloads import load as load_workload
 from .computetime import DISTRIBUTIONS
 from .exchange import EXCHANGE_MODELS, TRANSPORTS
@@ -49,6 +49,10 @@ def build_parser():
                         "DLIO's configs/workload) or a DLIO config file; its batch, epochs, "
                         "compute time per step, shuffle and AU threshold become the "
                         "defaults, what hpcio does not model is listed in one line")
+    p.add_argument("--accelerator", metavar="NAME",
+                   help="with --workload MODEL: its file for this accelerator ("
+                        f"{', '.join(ACCELERATORS)}; --workload unet3d --accelerator b200 "
+                        "runs unet3d_b200)")
     _add_data(p.add_argument_group("data"))
     _add_model(p.add_argument_group("model"))
     _add_training(p.add_argument_group("training"))
@@ -251,14 +255,19 @@ def parse_args(argv=None):
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config")
     pre.add_argument("--workload")
+    pre.add_argument("--accelerator")
     known, _ = pre.parse_known_args(argv)
-    workload = load_workload(known.workload) if known.workload else None
+    if known.accelerator and not known.workload:
+        raise HpcioError("--accelerator goes with --workload MODEL", everywhere=True)
+    workload = load_workload(known.workload, known.accelerator) if known.workload else None
     if workload:
         _apply_config(parser, f"workload {workload.name}", workload.train_options())
     if known.config:
         _apply_config(parser, known.config)
     args = parser.parse_args(argv)
     args.workload_info = workload
+    if known.accelerator:
+        args.workload = workload.name  # the file the model and accelerator chose
     if not args.data:
         raise HpcioError("--data PATH is required (a dataset directory; make one with "
                          "'python -m hpcio.datagen')", everywhere=True)

@@ -1,6 +1,8 @@
 """DLIO workload configs as hpcio settings: MLPerf Storage's training workloads (3D U-Net on
-npz, ResNet-50 and CosmoFlow on TFRecord), shipped as DLIO's own files (``dlio/``), or any
-DLIO config given as a file.
+npz, RetinaNet on JPEG, ResNet-50 and CosmoFlow on TFRecord), shipped as DLIO's and
+mlcommons/storage's own files (``dlio/``, v3.0's b200 and mi355 among them), or any DLIO
+config given as a file. ``--accelerator`` picks a model's file for an accelerator
+(``--workload unet3d --accelerator b200`` is ``unet3d_b200``).
 
 A config says what the data are (``dataset``), how a framework reads them (``reader``), how
 long a step computes (``train``) and the AU a run must keep (``metric.au``). :func:`load`
@@ -19,20 +21,25 @@ import yaml
 
 from ..errors import HpcioError, lookup
 
-__all__ = ["WORKLOADS", "Workload", "load", "MLPERF_AU", "FORMATS"]
+__all__ = ["WORKLOADS", "ACCELERATORS", "Workload", "load", "resolve", "MLPERF_AU",
+           "FORMATS"]
 
 _HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dlio")
 #: the workloads shipped: name -> DLIO's config file
 WORKLOADS = {f[:-5]: os.path.join(_HERE, f) for f in sorted(os.listdir(_HERE))
              if f.endswith(".yaml")}
+#: the accelerators the shipped files are for (a name's part after its last ``_``)
+ACCELERATORS = sorted({n.rsplit("_", 1)[1] for n in WORKLOADS if "_" in n})
 #: MLPerf Storage's AU threshold per model, for configs without ``metric.au`` (DLIO's
-#: v100 files): 90% for U-Net and ResNet-50, 70% for CosmoFlow (its rules, v1.0)
-MLPERF_AU = {"unet3d": 90.0, "resnet50": 90.0, "cosmoflow": 70.0}
+#: v100 files): 90% for U-Net and ResNet-50, 70% for CosmoFlow (its rules, v1.0), 85% for
+#: RetinaNet (v3.0)
+MLPERF_AU = {"unet3d": 90.0, "resnet50": 90.0, "cosmoflow": 70.0, "retinanet": 85.0}
 
 # DLIO keys hpcio takes, as (section, key); all others are reported as not modelled
 _MODELLED = {
     ("model", "name"), ("dataset", "format"), ("dataset", "num_files_train"),
     ("dataset", "num_samples_per_file"), ("dataset", "record_length_bytes"),
+    ("dataset", "record_length_bytes_stdev"),
     ("dataset", "data_folder"), ("reader", "batch_size"),
     ("reader", "sample_shuffle"), ("reader", "file_shuffle"), ("reader", "prefetch_size"),
     ("train", "epochs"), ("train", "computation_time"), ("train", "computation_time_stdev"),
@@ -67,6 +74,7 @@ class Workload:
     seed: int = None
     steps: int = None
     data_folder: str = None
+    record_stdev: float = 0.0    # DLIO's record_length_bytes_stdev
     unmodelled: tuple = field(default_factory=tuple)
 
     @property
@@ -116,10 +124,33 @@ class Workload:
                 f"{', '.join(self.unmodelled)}")
 
 
-def load(spec):
+def resolve(spec, accelerator=None):
+    """The workload name ``spec`` and ``accelerator`` name together: a model
+    (``unet3d``) and an accelerator choose its shipped file (``unet3d_b200``); a full
+    name or a file is kept, a full name for another accelerator refused."""
+    if not accelerator:
+        return spec
+    lookup(ACCELERATORS, accelerator, "accelerator")
+    if spec in WORKLOADS:
+        if spec.rsplit("_", 1)[-1] != accelerator:
+            raise HpcioError(f"--workload {spec} is for {spec.rsplit('_', 1)[-1]}, not "
+                             f"--accelerator {accelerator}", everywhere=True)
+        return spec
+    if f"{spec}_{accelerator}" in WORKLOADS:
+        return f"{spec}_{accelerator}"
+    have = [n for n in WORKLOADS if n.startswith(spec + "_")]
+    if have:
+        raise HpcioError(f"workload {spec} has no file for {accelerator} (shipped: "
+                         f"{', '.join(have)})", everywhere=True)
+    return spec
+
+
+def load(spec, accelerator=None):
     """The workload ``spec`` names: a shipped name (:data:`WORKLOADS`) or a DLIO config
-    file. Bad input is one line: no such name, not YAML, no dataset section, a format
-    hpcio has not, a value of the wrong type."""
+    file, or a model with ``accelerator`` (:func:`resolve`). Bad input is one line: no
+    such name, not YAML, no dataset section, a format hpcio has not, a value of the wrong
+    type."""
+    spec = resolve(spec, accelerator)
     if spec in WORKLOADS:
         path, name = WORKLOADS[spec], spec
     elif os.path.isfile(spec) or spec.endswith((".yaml", ".yml")) or os.sep in spec:
@@ -197,4 +228,5 @@ def _workload(name, path, cfg):
         shuffle="global" if shuffled & {"seed", "random", "on", "true"} else "none",
         seed=seed, steps=get("train", "total_training_steps", int, least=1),
         data_folder=get("dataset", "data_folder", str),
+        record_stdev=get("dataset", "record_length_bytes_stdev", float, 0.0, least=0),
         unmodelled=tuple(sorted(left)))
