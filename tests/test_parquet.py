@@ -110,6 +110,22 @@ def test_index_pyarrow_files(tmp_path, how):
     ds.verify_records(open_native)
 
 
+def test_dlio_generator_files(tmp_path):
+    """DLIO's generator without parquet_columns: one column ``data``, a list of the
+    sample's byte values (int64), pyarrow's default codec, in DLIO's train/ folder."""
+    rng = np.random.default_rng(4)
+    os.makedirs(tmp_path / "train")
+    recs = [rng.integers(0, 255, 64, dtype=np.uint8) for _ in range(2)]
+    for k, rec in enumerate(recs):
+        pq.write_table(pa.table({"data": [rec.tolist()] * 3}),
+                       tmp_path / "train" / f"img_{k + 1}_of_2.parquet", row_group_size=2)
+    ds = open_dataset(index_path(str(tmp_path)).root)
+    assert ds.records == 6 and ds.manifest["parquet"]["columns"] == ["data"]
+    assert (ds.index.label == -1).all() and compressed_records(ds.manifest) == 6
+    want = [r.astype(np.int64).tobytes() for r in recs for _ in range(3)]
+    assert read_all(ds, "naive")[0] == dict(enumerate(want))
+
+
 def test_dlrm_and_flux_layouts_name_their_columns(tmp_path):
     """MLPerf Storage's layouts: flux's float32 lists, dlrm's columns of several types; a
     record is its row's values of the columns named, read through pyarrow."""

@@ -180,26 +180,29 @@ def build_parser():
 def _add_index(sub):
     """The ``index`` command's parser (an index of data made elsewhere)."""
     x = sub.add_parser("index", formatter_class=ExamplesFormatter, help="index a dataset made elsewhere (LMDB, LevelDB, HDF5, "
-                                     "npz, TFRecord, image folder) without touching its "
-                                     "data",
+                                     "npz, TFRecord, parquet, image folder) without "
+                                     "touching its data",
                        description="Write hpcio.json + index.npz for an existing LMDB "
                                    "environment or LevelDB database (e.g. Caffe "
                                    "convert_imageset), HDF5 file with images/labels "
-                                   "datasets, .npz or TFRecord files (DLIO's), or "
+                                   "datasets, .npz, TFRecord or parquet files (DLIO's), or "
                                    "folder of images in class sub-folders. The data is "
                                    "only read.")
     x.add_argument("path", help="LMDB environment directory (or data.mdb), LevelDB "
-                                "directory, HDF5 file, .npz or .tfrecord file or folder "
-                                "of them, or image folder")
+                                "directory, HDF5 file, .npz, .tfrecord or .parquet file or "
+                                "folder of them, or image folder")
     x.add_argument("--out", default=None,
                    help="where to write the manifest and index (default: PATH if a "
                         "directory, else its parent)")
     x.add_argument("--images", default=None, help="hdf5: the images dataset (default: "
                                                   "images, else data); npz: the samples' "
-                                                  "member (default: x)")
+                                                  "member (default: x); parquet: the "
+                                                  "record's column(s), COL[,COL...] "
+                                                  "(default: the binary column)")
     x.add_argument("--labels", default=None, help="hdf5: the labels dataset (default: "
                                                   "labels, else label); npz: the labels' "
-                                                  "member (default: y)")
+                                                  "member (default: y); parquet: the "
+                                                  "labels' column (default: label)")
     x.add_argument("--force", action="store_true",
                    help="replace an existing hpcio manifest and index there")
     x.add_argument("--update", action="store_true",

@@ -16,8 +16,8 @@ Native access: as DLIO's parquet reader, ``ParquetFile.read_row_group(g, columns
 of the row group holding the record, the last one read kept (rows read in order load a
 row group once).
 
-Data made elsewhere (``datagen index``): the record column is the one binary column, or
-the columns named (``--images a,b``: a record is the bytes of its row's values, one
+Data made elsewhere (``datagen index``): the record column is the one binary column (else
+column ``data``, as DLIO's generator names its one column), or the columns named (``--images a,b``: a record is the bytes of its row's values, one
 column after another: binary values, fixed-width numbers, lists of them); the labels are
 column ``label`` (``--labels``) where it exists. Several columns lie in several column
 chunks, so such records are read through pyarrow only.
@@ -45,7 +45,7 @@ DATA, LABEL = "data", "label"
 
 def _pa():
     """pyarrow and pyarrow.parquet, or one line saying how to install them."""
-    try:
+    try:  # an optional extra ([parquet]): imported only where parquet is used
         import pyarrow
         import pyarrow.parquet
     except ImportError:
@@ -335,6 +335,8 @@ def scan(path, columns=None, label=None):
     else:
         binary = [f.name for f in schema if pa.types.is_binary(f.type) or
                   pa.types.is_large_binary(f.type)]
+        if not binary and DATA in names:  # DLIO's one column: a list of the sample's bytes
+            binary = [DATA]
         if len(binary) != 1:
             raise HpcioError(f"{path}: {len(binary)} binary columns"
                              f"{' (' + ', '.join(binary[:6]) + ')' if binary else ''}: name "
@@ -543,13 +545,24 @@ def _files(path):
     return found
 
 
+def _holds(path, depth=1):
+    """Whether folder ``path`` or its sub-folders ``depth`` levels down (DLIO's
+    ``train/``, ``valid/``) hold a parquet file."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return False
+    if any(e.name.endswith(SUFFIXES) and e.is_file() for e in entries):
+        return True
+    return depth > 0 and any(e.is_dir() and not e.name.startswith(".") and
+                             _holds(e.path, depth - 1) for e in entries)
+
+
 def detect(path):
-    """A parquet file (``PAR1`` at its start, or named so), or a folder of them."""
+    """A parquet file (``PAR1`` at its start, or named so), or a folder of them (or of
+    folders of them)."""
     if os.path.isdir(path):
-        try:
-            return SURE if any(n.endswith(SUFFIXES) for n in os.listdir(path)) else 0
-        except OSError:
-            return 0
+        return SURE if _holds(path) else 0
     if path.endswith(SUFFIXES):
         return SURE
     try:
