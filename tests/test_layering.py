@@ -102,9 +102,10 @@ def test_no_private_name_across_modules(top):
 
 # ---- imports inside functions: only where a heavy library is the reason -------------------
 #: module -> what it imports inside a function body, and only these: mpi4py (importing it
-#: starts MPI), torch (seconds), h5py (HDF5's library), and the optional extras (pyarrow, matplotlib
-#: behind explain.report, PyDarshan, pynvml, horovod, SimGrid); the command line's shared
-#: groups (cli.py) leave the readers' numpy out of ``hpcio --help``, measure.darshan, which
+#: starts MPI), torch (seconds), h5py (HDF5's library), and the optional extras (pyarrow,
+#: matplotlib behind explain.report, PyDarshan, pynvml, horovod, SimGrid); the command
+#: line's shared groups (cli.py) leave the readers' numpy out of ``hpcio --help``,
+#: measure.darshan, which
 #: train asks before MPI_Init, leaves numpy out of that small heap, and train's __main__
 #: imports under its guard. Each one says why in a comment on its line or above it.
 DEFERRED = {

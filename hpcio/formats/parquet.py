@@ -17,10 +17,11 @@ of the row group holding the record, the last one read kept (rows read in order 
 row group once).
 
 Data made elsewhere (``datagen index``): the record column is the one binary column (else
-column ``data``, as DLIO's generator names its one column), or the columns named (``--images a,b``: a record is the bytes of its row's values, one
-column after another: binary values, fixed-width numbers, lists of them); the labels are
-column ``label`` (``--labels``) where it exists. Several columns lie in several column
-chunks, so such records are read through pyarrow only.
+column ``data``, as DLIO's generator names its one column), or the columns named
+(``--images a,b``: a record is the bytes of its row's values, one column after another:
+binary values, fixed-width numbers, lists of them); the labels are column ``label``
+(``--labels``) where it exists. Several columns lie in several column chunks, so such
+records are read through pyarrow only.
 """
 
 import os
