@@ -50,7 +50,8 @@ PIP_TO_SPACK = {
     "numpy": "py-numpy", "mpi4py": "py-mpi4py", "lmdb": "py-lmdb", "h5py": "py-h5py",
     "pillow": "py-pillow", "pyyaml": "py-pyyaml", "tqdm": "py-tqdm", "torch": "py-torch",
     "nvidia-ml-py": "py-nvidia-ml-py", "darshan": "py-darshan",
-    "matplotlib": "py-matplotlib", "pyarrow": "py-pyarrow", "pytest": "py-pytest", "pytest-xdist": "py-pytest-xdist",
+    "matplotlib": "py-matplotlib", "pyarrow": "py-pyarrow", "pytest": "py-pytest",
+    "pytest-xdist": "py-pytest-xdist",
     "mpich": None, "plyvel": None,
     "crc32c": None, "drishti-io": None,
 }
