@@ -23,8 +23,8 @@ VENV ?= .venv
 MPI ?= wheel
 TORCH_INDEX ?=
 TORCH = torch==2.13.0
-EXTRAS_wheel = mpich,train,test,plot,analysis
-EXTRAS_system = train,test,plot,analysis
+EXTRAS_wheel = mpich,train,parquet,test,plot,analysis
+EXTRAS_system = train,parquet,test,plot,analysis
 BIN = $(abspath $(VENV))/bin
 
 TEST_JOBS ?= 2

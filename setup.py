@@ -31,6 +31,9 @@ setup(
         # GB: make TORCH_INDEX=https://download.pytorch.org/whl/cpu setup takes the CPU one
         "train": ["torch==2.13.0"],
         "gpu": ["nvidia-ml-py"],
+        # --format parquet (MLPerf Storage's dlrm and flux data): written and read natively
+        # through pyarrow, as DLIO does
+        "parquet": ["pyarrow>=14"],
         "darshan": ["darshan"],
         "plot": ["matplotlib"],
         # python -m hpcio.analyze: figures, Darshan's counters (PyDarshan brings pandas) and

@@ -24,7 +24,7 @@ from common.failure import one_line
 from common.inproc import run_main
 from common.mpi import run_mpi
 
-FORMATS = ["packed", "lmdb", "hdf5", "leveldb", "images", "npz", "tfrecord"]
+FORMATS = ["packed", "lmdb", "hdf5", "leveldb", "images", "npz", "tfrecord", "parquet"]
 READERS = ["naive", "coordinated", "memory"]
 BENCH = ["-m", "hpcio.bench"]
 

@@ -9,6 +9,7 @@ import h5py
 import lmdb
 import numpy as np
 import plyvel
+import pyarrow.parquet as pq
 import pytest
 
 from hpcio.data import pictures
@@ -75,6 +76,8 @@ def library_bytes(ds, i):
         for _ in range(j):
             at += 16 + int.from_bytes(data[at:at + 8], "little")
         return data[at + 12:at + 12 + int.from_bytes(data[at:at + 8], "little")]
+    if ds.format == "parquet":  # pyarrow: the j-th row's value of the data column
+        return pq.read_table(p, columns=["data"]).column("data")[j].as_py()
     with open(p, "rb") as f:  # packed: the shard is the records back to back
         data = f.read()
     before = int(ds.index.length[shard["records"][0]:i].sum())

@@ -102,9 +102,10 @@ def test_no_private_name_across_modules(top):
 
 # ---- imports inside functions: only where a heavy library is the reason -------------------
 #: module -> what it imports inside a function body, and only these: mpi4py (importing it
-#: starts MPI), torch (seconds), h5py (HDF5's library), and the optional extras (matplotlib
-#: behind explain.report, PyDarshan, pynvml, horovod, SimGrid); the command line's shared
-#: groups (cli.py) leave the readers' numpy out of ``hpcio --help``, measure.darshan, which
+#: starts MPI), torch (seconds), h5py (HDF5's library), and the optional extras (pyarrow,
+#: matplotlib behind explain.report, PyDarshan, pynvml, horovod, SimGrid); the command
+#: line's shared groups (cli.py) leave the readers' numpy out of ``hpcio --help``,
+#: measure.darshan, which
 #: train asks before MPI_Init, leaves numpy out of that small heap, and train's __main__
 #: imports under its guard. Each one says why in a comment on its line or above it.
 DEFERRED = {
@@ -115,6 +116,7 @@ DEFERRED = {
     "hpcio/datagen/write.py": {"mpi4py"},
     "hpcio/errors.py": {"mpi4py"},
     "hpcio/formats/hdf5.py": {"h5py"},
+    "hpcio/formats/parquet.py": {"pyarrow", "pyarrow.parquet"},
     "hpcio/measure/clock.py": {"mpi4py"},
     "hpcio/measure/darshan.py": {"hpcio.measure.rundir", "hpcio.measure.darshanlog"},
     "hpcio/measure/darshanlog.py": {"darshan.backend"},

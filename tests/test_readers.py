@@ -31,7 +31,8 @@ BENCH = ["-m", "hpcio.bench"]
 SETS = [("lmdb", "raw", 61, {}), ("hdf5", "png", 61, {}), ("images", "jpeg", 47, {}),
         ("packed", "raw", 61, {}), ("packed", "jpeg", 53, {}),
         ("hdf5", "raw", 61, {"dtype": "float32"}),
-        ("hdf5", "raw", 53, {"dtype": "float32", "chunk_records": 8})]
+        ("hdf5", "raw", 53, {"dtype": "float32", "chunk_records": 8}),
+        ("parquet", "raw", 61, {"row_group": "8"})]
 
 
 @pytest.fixture(scope="module")

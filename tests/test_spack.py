@@ -33,6 +33,10 @@ FACTS = {
     "darshan-util": ({}, (None, None), "darshan-parser"),
     "py-darshan": ({}, (None, None), "pins darshan-util to its own version"),
     "py-nvidia-ml-py": ({}, (None, None), "the official NVML bindings"),
+    "arrow": ({"parquet": True, "snappy": True}, (None, None),
+              "py-pyarrow has pyarrow.parquet only with arrow +parquet (default off); "
+              "snappy (default off) is the codec of most parquet files"),
+    "py-pyarrow": ({}, (None, None), "depends on arrow +python"),
 }
 # packages the environment's specs must not name, and why
 NOT = {
@@ -46,7 +50,8 @@ PIP_TO_SPACK = {
     "numpy": "py-numpy", "mpi4py": "py-mpi4py", "lmdb": "py-lmdb", "h5py": "py-h5py",
     "pillow": "py-pillow", "pyyaml": "py-pyyaml", "tqdm": "py-tqdm", "torch": "py-torch",
     "nvidia-ml-py": "py-nvidia-ml-py", "darshan": "py-darshan",
-    "matplotlib": "py-matplotlib", "pytest": "py-pytest", "pytest-xdist": "py-pytest-xdist",
+    "matplotlib": "py-matplotlib", "pyarrow": "py-pyarrow", "pytest": "py-pytest",
+    "pytest-xdist": "py-pytest-xdist",
     "mpich": None, "plyvel": None,
     "crc32c": None, "drishti-io": None,
 }

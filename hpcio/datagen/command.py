@@ -192,17 +192,17 @@ def build_parser():
 def _add_index(sub):
     """The ``index`` command's parser (an index of data made elsewhere)."""
     x = sub.add_parser("index", formatter_class=ExamplesFormatter, help="index a dataset made elsewhere (LMDB, LevelDB, HDF5, "
-                                     "npz, TFRecord, image folder) without touching its "
-                                     "data",
+                                     "npz, TFRecord, parquet, image folder) without "
+                                     "touching its data",
                        description="Write hpcio.json + index.npz for an existing LMDB "
                                    "environment or LevelDB database (e.g. Caffe "
                                    "convert_imageset), HDF5 file with images/labels "
-                                   "datasets, .npz or TFRecord files (DLIO's), or "
+                                   "datasets, .npz, TFRecord or parquet files (DLIO's), or "
                                    "folder of images in class sub-folders. The data is "
                                    "only read.")
     x.add_argument("path", help="LMDB environment directory (or data.mdb), LevelDB "
-                                "directory, HDF5 file, .npz or .tfrecord file or folder "
-                                "of them, or image folder")
+                                "directory, HDF5 file, .npz, .tfrecord or .parquet file or "
+                                "folder of them, or image folder")
     x.add_argument("--out", default=None,
                    help="where to write the manifest and index (default: PATH if a "
                         "directory, else its parent)")
@@ -210,12 +210,15 @@ def _add_index(sub):
                                                   "images, else data); npz: the samples' "
                                                   "member (default: x); tfrecord: the "
                                                   "Examples' image bytes feature (default: "
-                                                  "image, else image/encoded)")
+                                                  "image, else image/encoded); parquet: the "
+                                                  "record's column(s), COL[,COL...] "
+                                                  "(default: the binary column)")
     x.add_argument("--labels", default=None, help="hdf5: the labels dataset (default: "
                                                   "labels, else label); npz: the labels' "
                                                   "member (default: y); tfrecord: the int64 "
                                                   "label feature (default: label, else "
-                                                  "image/class/label)")
+                                                  "image/class/label); parquet: the labels' "
+                                                  "column (default: label)")
     x.add_argument("--format-option", action="append", default=[],
                    metavar="image_key=K,label_key=K",
                    help="the same as --images K and --labels K (other formats' tools name "

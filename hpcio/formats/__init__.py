@@ -13,13 +13,14 @@ to :data:`FORMATS`.
 import os
 
 from ..errors import HpcioError, lookup
-from . import hdf5, images, leveldb, lmdb, npz, packed, tfrecord
+from . import hdf5, images, leveldb, lmdb, npz, packed, parquet, tfrecord
 from .base import SURE, Format
 
 __all__ = ["FORMATS", "get_format", "open_native", "detect"]
 
 FORMATS: "dict[str, Format]" = {m.NAME: Format.of(m) for m in (lmdb, hdf5, images, packed,
-                                                                leveldb, npz, tfrecord)}
+                                                                leveldb, npz, tfrecord,
+                                                                parquet)}
 
 
 def get_format(name: str) -> Format:
@@ -44,7 +45,7 @@ def detect(path: str) -> Format:
         if score >= SURE:
             break
     if best is None:
-        raise HpcioError(f"{path}: not an LMDB environment, LevelDB, HDF5 file, .npz or "
-                         f"TFRecord file, or image folder (an HDF5 file whose signature is "
-                         f"missing is corrupt)")
+        raise HpcioError(f"{path}: not an LMDB environment, LevelDB, HDF5 file, .npz, "
+                         f"TFRecord or parquet file, or image folder (an HDF5 file whose "
+                         f"signature is missing is corrupt)")
     return best
