@@ -260,7 +260,8 @@ def test_sigkill_of_one_rank_keeps_what_was_flushed(tmp_path, ds):
         with open(out / f"rank-{r}.json") as f:
             rj = json.load(f)
         steps[r] = len(z["wall"])
-        assert rj["partial"] is True and rj["steps_flushed"] == steps[r] > 32
+        # a kill between a flush's two files leaves the counters one flush behind
+        assert rj["partial"] is True and 32 < rj["steps_flushed"] <= steps[r]
         assert (z["records"] == 4).all() and (z["wall"] > 0).all()
         if r == 1:  # flushed up to the last interval before the kill
             last = rj["origin_unix"] + z["t0"][-1] + z["wall"][-1]

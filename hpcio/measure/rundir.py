@@ -233,7 +233,9 @@ class RunDir:
 
     def write_rank(self, rank: int, arrays: dict, info: dict, compact: bool = False) -> None:
         """Rank ``rank``'s step arrays, then its counters (``compact``: one line, for the
-        frequent flushes of a run under way)."""
+        frequent flushes of a run under way). In that order: a rank killed between the two
+        leaves its counters one flush behind its steps (``steps_flushed`` the earlier
+        count), never ahead of them."""
         self.npz(self.RANK_STEPS.format(rank=rank), arrays)
         self.json(self.RANK_INFO.format(rank=rank), info, compact=compact)
 
