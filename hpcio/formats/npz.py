@@ -311,8 +311,11 @@ def _labels(a, path, yname):
 
 
 def _one(path, xname, yname):
-    """(offsets, lengths, labels, sample shape, dtype, layout, axis) of one file's
-    records."""
+    """(offsets, lengths, labels, sample shape, dtype, layout, axis, strided) of one
+    file's records. ``strided``: each sample's bytes are strided in the file (several
+    samples on the last axis in C order, as DLIO writes them, or on the first in Fortran
+    order): only NumPy reads such a sample, so its record is indexed at the block of the
+    array that holds it, as a compressed record is (:mod:`hpcio.data.dataset`)."""
     with open(path, "rb") as f:
         mem = members(f, path)
         if xname not in mem:
@@ -325,7 +328,7 @@ def _one(path, xname, yname):
             if len(offs) < 2 or (np.diff(offs) < 0).any() or offs[0] < 0 or \
                     offs[-1] > shape[0]:
                 raise HpcioError(f"{path}: member offsets does not cut {xname} into records")
-            return at + offs[:-1], np.diff(offs), label, None, dtype, "blob", None
+            return at + offs[:-1], np.diff(offs), label, None, dtype, "blob", None, False
     if dtype.byteorder == ">":
         raise HpcioError(f"{path}: {xname} is big-endian {dtype.name}; records are read as "
                          f"little-endian")
@@ -341,15 +344,11 @@ def _one(path, xname, yname):
     else:
         raise HpcioError(f"{path}: {xname} of shape {shape} does not hold the {n} samples "
                          f"of {yname} on its first or last axis")
-    if n > 1 and (axis == 0) == fortran:
-        where = "last axis (DLIO's layout)" if axis == -1 else "first axis in Fortran order"
-        raise HpcioError(f"{path}: {n} samples on the {where} of {xname}: each sample's "
-                         f"bytes are strided, not contiguous in the file (write one sample "
-                         f"per file, or samples on the first axis)")
+    strided = n > 1 and (axis == 0) == fortran
     sample = shape[1:] if axis == 0 else shape[:-1]
     rec = int(np.prod(sample)) * dtype.itemsize
     return at + np.arange(n, dtype=np.int64) * rec, np.full(n, rec, np.int64), label, \
-        sample, dtype, "array", axis
+        sample, dtype, "array", axis, strided
 
 
 def _picture_shape(sample):
@@ -370,9 +369,10 @@ def index(path, out, images=None, labels=None, **_):
     if not paths:
         raise HpcioError(f"{path}: no .npz files")
     offs, lens, labs, file_of, sizes = [], [], [], [], []
-    kind, axes, sizes_vary = None, set(), False
+    kind, axes, sizes_vary, strided = None, set(), False, 0
     for j, p in enumerate(paths):
-        off, ln, lab, sample, dtype, layout, axis = _one(p, xname, yname)
+        off, ln, lab, sample, dtype, layout, axis, apart = _one(p, xname, yname)
+        strided += len(off) if apart else 0
         this = (layout, sample, dtype.str)
         if kind is None:
             kind = this
@@ -426,6 +426,9 @@ def index(path, out, images=None, labels=None, **_):
     top = os.path.relpath(path, out)
     shard = {"path": top, "records": [0, n], "bytes": int(sum(sizes)),
              "sha256": h.hexdigest() if os.path.isdir(path) else sha256_file(path)}
+    if strided:  # read through NumPy only: the coordinated reader says so in one line
+        shard["compressed_records"] = strided
+        keys["compression"] = "none, strided samples"
     idx = RecordIndex(file, off, length, label, files, sizes)
     return index_manifest("npz", enc, shape, dtype, classes_of(label), n, shard,
                           {"npz": keys}), idx
