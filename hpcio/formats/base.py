@@ -17,6 +17,7 @@ from ..errors import HpcioError
 from ..fsutil import free_bytes
 
 __all__ = ["Format", "FormatInfo", "ShardWriter", "NativeReader", "Block", "ShardResult",
+           "take_records", "files_under",
            "Spec", "MAYBE", "SURE", "shard_stem", "write_error", "sync_tree", "fsync_path",
            "record_ranges", "index_manifest", "classes_of", "save_keys", "CAFFE_KEY"]
 
@@ -148,6 +149,39 @@ class Block:
 
     def record(self, k):
         return self.data[self.offsets[k]:self.offsets[k + 1]]
+
+
+def take_records(pending, n):
+    """The first ``n`` records of the blocks ``pending`` (a list, consumed in place: a
+    block taken in part stays with its rest) as (bytes, lengths, labels): what a writer
+    that cuts records into files or row groups of ``n`` needs."""
+    datas, lens, labs, got = [], [], [], 0
+    while got < n:
+        b = pending[0]
+        take = min(n - got, b.hi - b.lo)
+        datas.append(b.data[b.offsets[0]:b.offsets[take]])
+        lens.append(b.lengths[:take])
+        labs.append(b.labels[:take])
+        got += take
+        if take == b.hi - b.lo:
+            pending.pop(0)
+        else:
+            pending[0] = Block(b.lo + take, b.hi, b.labels[take:],
+                               b.data[b.offsets[take]:b.offsets[-1]], b.lengths[take:])
+    return np.concatenate(datas), np.concatenate(lens), np.concatenate(labs)
+
+
+def files_under(path, suffixes, skip=()):
+    """``path`` itself if a file, else the files under it whose names end with one of
+    ``suffixes`` (hidden folders left out, sorted), less the paths in ``skip``."""
+    if os.path.isfile(path):
+        return [path]
+    found = []
+    for d, dirs, names in os.walk(path):
+        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
+        found += [os.path.join(d, n) for n in sorted(names)
+                  if n.endswith(suffixes) and os.path.join(d, n) not in skip]
+    return found
 
 
 @dataclass

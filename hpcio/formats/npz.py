@@ -27,8 +27,8 @@ import numpy as np
 from ..data import pictures
 from ..data.dataset import INDEX, RecordIndex, sha256_file
 from ..errors import HpcioError
-from .base import SURE, Block, FormatInfo, ShardResult, classes_of, index_manifest, shard_stem, \
-    sync_tree
+from .base import SURE, FormatInfo, ShardResult, classes_of, files_under, index_manifest, \
+    shard_stem, sync_tree, take_records
 
 __all__ = ["NAME", "INFO", "Writer", "Native", "open_native", "targets", "manifest_keys",
            "members", "array_at", "index", "detect"]
@@ -159,23 +159,9 @@ class Writer:
 
     def _flush(self, n):
         """Write the first ``n`` pending records as one file."""
-        datas, lens, labs, got = [], [], [], 0
-        while got < n:
-            b = self.pending[0]
-            take = min(n - got, b.hi - b.lo)
-            datas.append(b.data[b.offsets[0]:b.offsets[take]])
-            lens.append(b.lengths[:take])
-            labs.append(b.labels[:take])
-            got += take
-            if take == b.hi - b.lo:
-                self.pending.pop(0)
-            else:
-                rest = b.data[b.offsets[take]:b.offsets[-1]]
-                self.pending[0] = Block(b.lo + take, b.hi, b.labels[take:], rest,
-                                        b.lengths[take:])
+        data, length, label = take_records(self.pending, n)
         self.count -= n
-        data, length = np.concatenate(datas), np.concatenate(lens).astype(np.int64)
-        label = np.concatenate(labs).astype(np.int64)
+        length, label = length.astype(np.int64), label.astype(np.int64)
         first = self.lo + self.done
         self.done += n
         rel = f"{self.rel}/{first:08d}.npz"
@@ -267,15 +253,8 @@ def open_native(ds):
 # ---- data made elsewhere -----------------------------------------------------------------
 
 def _npz_files(path, out):
-    if os.path.isfile(path):
-        return [path]
-    skip = os.path.join(out, INDEX)  # hpcio's own index is an .npz too
-    found = []
-    for d, dirs, names in os.walk(path):
-        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
-        found += [os.path.join(d, n) for n in sorted(names)
-                  if n.endswith(".npz") and os.path.join(d, n) != skip]
-    return found
+    return files_under(path, (".npz",), skip=(os.path.join(out, INDEX),))  # hpcio's own
+    # index is an .npz too
 
 
 def detect(path):

@@ -31,7 +31,8 @@ import numpy as np
 from ..data import pictures
 from ..data.dataset import RecordIndex, sha256_file
 from ..errors import HpcioError
-from .base import SURE, Block, FormatInfo, ShardResult, classes_of, index_manifest, shard_stem
+from .base import SURE, FormatInfo, ShardResult, classes_of, files_under, index_manifest, \
+    shard_stem, take_records
 
 __all__ = ["NAME", "INFO", "Writer", "Native", "open_native", "targets", "manifest_keys",
            "scan", "index", "detect", "SUFFIXES"]
@@ -433,28 +434,15 @@ class Writer:
             self._flush(self.rows)
 
     def _flush(self, n):
-        datas, lens, labs, got = [], [], [], 0
-        while got < n:
-            b = self.pending[0]
-            take = min(n - got, b.hi - b.lo)
-            datas.append(b.data[b.offsets[0]:b.offsets[take]])
-            lens.append(b.lengths[:take])
-            labs.append(b.labels[:take])
-            got += take
-            if take == b.hi - b.lo:
-                self.pending.pop(0)
-            else:
-                self.pending[0] = Block(b.lo + take, b.hi, b.labels[take:],
-                                        b.data[b.offsets[take]:b.offsets[-1]],
-                                        b.lengths[take:])
+        data, lens, labs = take_records(self.pending, n)
         self.count -= n
         pa = self.pa
-        data = np.ascontiguousarray(np.concatenate(datas), np.uint8)
+        data = np.ascontiguousarray(data, np.uint8)
         offs = np.zeros(n + 1, np.int64)
-        np.cumsum(np.concatenate(lens), out=offs[1:])
+        np.cumsum(lens, out=offs[1:])
         col = pa.Array.from_buffers(pa.large_binary(), n,
                                     [None, pa.py_buffer(offs), pa.py_buffer(data)])
-        lab = pa.array(np.concatenate(labs).astype(np.int64))
+        lab = pa.array(labs.astype(np.int64))
         self.w.write_table(pa.Table.from_arrays([col, lab], schema=self.schema),
                            row_group_size=n)
 
@@ -537,15 +525,6 @@ def open_native(ds):
 
 # ---- data made elsewhere ------------------------------------------------------------------
 
-def _files(path):
-    if os.path.isfile(path):
-        return [path]
-    found = []
-    for d, dirs, names in os.walk(path):
-        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
-        found += [os.path.join(d, n) for n in sorted(names) if n.endswith(SUFFIXES)]
-    return found
-
 
 def _holds(path, depth=1):
     """Whether folder ``path`` or its sub-folders ``depth`` levels down (DLIO's
@@ -581,7 +560,7 @@ def index(path, out, images=None, labels=None, columns=None, **_):
     ``label`` where there is one)."""
     cols = columns or images
     cols = [c for c in cols.split(",") if c] if isinstance(cols, str) else cols
-    paths = _files(path)
+    paths = files_under(path, SUFFIXES)
     if not paths:
         raise HpcioError(f"{path}: no .parquet files")
     offs, lens, labs, file_of, sizes = [], [], [], [], []

@@ -26,7 +26,8 @@ from crc32c import crc32c
 from ..data import pictures
 from ..data.dataset import RecordIndex, sha256_file
 from ..errors import HpcioError
-from .base import SURE, FormatInfo, ShardResult, classes_of, index_manifest, shard_stem
+from .base import SURE, FormatInfo, ShardResult, classes_of, files_under, index_manifest, \
+    shard_stem
 from .example import example_images, example_parts
 
 __all__ = ["NAME", "INFO", "Writer", "Native", "open_native", "targets", "manifest_keys",
@@ -234,16 +235,6 @@ def frames(buf, path):
     return pos + 12, length, got
 
 
-def _tf_files(path):
-    if os.path.isfile(path):
-        return [path]
-    found = []
-    for d, dirs, names in os.walk(path):
-        dirs[:] = sorted(x for x in dirs if not x.startswith("."))
-        found += [os.path.join(d, n) for n in sorted(names) if n.endswith(SUFFIXES)]
-    return found
-
-
 def detect(path):
     """A TFRecord file (named so, or its first length field's CRC holds), or a folder
     of ``.tfrecord`` files."""
@@ -343,7 +334,7 @@ def index(path, out, images=None, labels=None, **_):
     Examples with an image feature (the keys ``images`` and ``labels`` name, else a layout
     of ``KEYS``) are decoded to it (``container: example``), with their label; other
     records are their data as it is, unlabelled. Compressed files are refused."""
-    paths = _tf_files(path)
+    paths = files_under(path, SUFFIXES)
     if not paths:
         raise HpcioError(f"{path}: no .tfrecord files")
     offs, lens, labs, images_at, file_of, shards, sizes = [], [], [], [], [], [], []
