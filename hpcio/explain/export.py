@@ -98,7 +98,7 @@ COLUMNS = [
     ("min_samples", int, "records the dataset must hold: max(500 steps x batch x "
                          "accelerators, 5 x the hosts' memory / record length)"),
     ("potential_caching", list, "per host, 1 if its memory exceeds its share of the "
-                                "dataset (dataset_bytes / hosts): DLIO's flag"),
+                                "dataset (dataset_bytes / hosts): hpcio's reading of MLPerf Storage's flag"),
     ("repeat", str, "'warm-up' for the first run of its workload_hash here, else the "
                     "measured run's number (1, 2, ...)"),
     ("published_throughput_samples_per_second", float,

@@ -8,6 +8,7 @@ DLIO config run (``config.yaml``, the workload's with the run's values) and its
 workload's, hpcio's reader as ``reader.data_loader``): the overrides mlpstorage classifies.
 """
 
+import copy
 import json
 import os
 import time
@@ -16,6 +17,8 @@ import yaml
 
 from ..errors import HpcioError
 from ..fsutil import atomic_write
+from ..measure.rundir import RunDir
+from ..measure.schema import Invalid
 from .export import settings_changed, workload_config
 
 __all__ = ["write_tree"]
@@ -37,7 +40,7 @@ def _dlio_config(row, config):
     """(DLIO config of the run, its overrides)."""
     wl = workload_config(config["workload"]) if config.get("workload") else None
     changed = settings_changed(config, wl) if wl else []
-    cfg = json.loads(json.dumps((wl or (None, {}))[1])) if wl else {
+    cfg = copy.deepcopy(wl[1]) if wl else {
         "model": {"name": row["model"]}, "workflow": {"train": True},
         "dataset": {}, "reader": {}, "train": {}}
     d = config.get("dataset") or {}
@@ -55,6 +58,14 @@ def _dlio_config(row, config):
     return cfg, [f"++workload.{k}={v}" for k, v in overrides]
 
 
+def _cpus(run_dir):
+    """The CPU count rank 0's node recorded (env.json ``cpus``), or None."""
+    try:
+        return (RunDir(run_dir).env()[0] or {}).get("cpus")
+    except (OSError, Invalid):
+        return None
+
+
 def _summary(row, start, end, hosts):
     au = row["train_au_percentage"] or []
     mem = row["host_memory_GB"] or []
@@ -70,7 +81,8 @@ def _summary(row, start, end, hosts):
             "train_io_mean_MB_per_second": row["train_io_mean_MB_per_second"],
         },
         "num_files_train": None, "num_samples_per_file": None,
-        "host_cpu_count": [0] * len(mem), "host_memory_GB": mem,
+        # a run records rank 0's node's CPUs: MLPerf's hosts are alike (Rules 3.3.6)
+        "host_cpu_count": [_cpus(row["run_dir"])] * len(mem), "host_memory_GB": mem,
         "potential_caching": row["potential_caching"], "epochs": row["epochs"],
     }
 
