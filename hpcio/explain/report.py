@@ -292,8 +292,8 @@ def table_causes(runs, figures):
             + [("cause", "waits for", "{}")])
     return Table("table-causes", "What the accelerator waits for, per run", cols, rows,
                  f"Shares of the step over the steady steps (each epoch's first left out, "
-                 f"as AU), all ranks' time summed; they add up to 100. storage: the rank's "
-                 f"own wait for its batch outside preprocessing (the reader's call and the "
+                 f"as AU), each rank's share of its wall, the mean over ranks; they add up "
+                 f"to 100. storage: the rank's own wait for its batch outside preprocessing (the reader's call and the "
                  f"hand-over); preprocessing: the part of that wait in preprocessing; "
                  f"exchange: the gradient allreduce itself; straggler: the wait at the "
                  f"per-step barrier for slower ranks; rest: host-to-device copy, "
