@@ -25,7 +25,11 @@ V3 = {"unet3d_b200": ("npz", 7200, 1, 146600628, 7, 0.162, 90.0, 68341808, 5),
       "retinanet_b200": ("jpeg", 1170301, 1, 322957, 24, 0.04755, 85.0, 0, 8),
       "retinanet_mi355": ("jpeg", 1170301, 1, 322957, 32, 0.0634, 85.0, 0, 8),
       "retinanet_h100": ("jpeg", 1743042, 1, 153600, 16, 0.180, 85.0, 51200, 5),
-      "retinanet_a100": ("jpeg", 1743042, 1, 153600, 16, 0.210, 85.0, 51200, 5)}
+      "retinanet_a100": ("jpeg", 1743042, 1, 153600, 16, 0.210, 85.0, 51200, 5),
+      "dlrm_b200": ("parquet", 1024, 4718592, 761, 16384, 0.000375, 70.0, 0, 1),
+      "dlrm_mi355": ("parquet", 1024, 4718592, 761, 16384, 0.0005625, 70.0, 0, 1),
+      "flux_b200": ("parquet", 4296, 288, 2164832, 48, 1.35, 90.0, 0, 1),
+      "flux_mi355": ("parquet", 4296, 288, 2164832, 72, 2.025, 90.0, 0, 1)}
 
 
 @pytest.mark.parametrize("name", sorted(DLIO))
@@ -47,6 +51,45 @@ def test_v3_workloads_read_as_mlcommons_storage_wrote_them(name):
     with open(WORKLOADS[name]) as f:
         head = f.readline() + f.readline()
     assert "mlcommons/storage" in head and f"workload/{name}.yaml at " in head
+
+
+def test_parquet_workloads_columns_row_groups_and_file_shuffle():
+    """DLRM's 200 columns of four types come to its 761-byte row, 40 of them read; Flux's
+    five float32 lists to its 2,164,832; DLIO's file shuffle alone (no sample shuffle)
+    reads a file's samples in order: hpcio's chunk shuffle of whole files."""
+    d, f = load("dlrm_b200"), load("flux_b200")
+    assert (len(d.columns), d.row_bytes, len(d.record_columns), d.row_group) == \
+        (200, 761, 40, 6144)
+    assert (f.row_bytes, f.record_columns[0], f.row_group) == (2164832, "t5_encodings", None)
+    o = d.train_options()
+    assert (o["shuffle"], o["block"], o["window"]) == ("chunk", 4718592, 1)
+    assert load("unet3d_b200").train_options()["shuffle"] == "global"
+    assert not [k for k in d.unmodelled if k.startswith("dataset.")]
+
+
+def test_parquet_workload_data_read_as_its_columns(tmp_path):
+    """DLRM's data as DLIO's parquet generator lays it out (its columns and dtypes, row
+    groups of 6,144), indexed at the folder's root: a record is its row's 40 read columns,
+    160 bytes, the naive reader's bytes those pyarrow reads; the coordinated reader says in
+    one line why it cannot."""
+    from hpcio.data.dataset import open_dataset
+    from hpcio.datagen import dlio
+    from hpcio.formats import open_native
+    from hpcio.readers import coordinated
+    w = load("dlrm_b200")
+    ds = dlio.generate(tmp_path / "d", w, records=7000)
+    files = sorted(os.listdir(tmp_path / "d" / "train"))
+    assert files == ["img_0_of_1.parquet"] and ds.records == 7000
+    import pyarrow.parquet as pq
+    pf = pq.ParquetFile(tmp_path / "d" / "train" / files[0])
+    assert pf.metadata.num_row_groups == 2 and pf.metadata.num_columns == 200
+    t = pf.read_row_group(1, columns=w.record_columns)
+    want = b"".join(np.asarray(t.column(c)[4].as_py(), t.schema.field(c).type.to_pandas_dtype()
+                               ).tobytes() for c in w.record_columns)
+    native = open_native(open_dataset(str(tmp_path / "d")))
+    assert len(want) == 160 and bytes(native.get(6144 + 4)) == want
+    with pytest.raises(HpcioError, match="values of 40 columns"):
+        coordinated.CoordinatedReader(ds, None)
 
 
 def test_the_accelerator_chooses_the_models_file(tmp_path):
@@ -168,7 +211,9 @@ def test_flags_override_the_workload_in_train_options(tmp_path):
 @pytest.mark.parametrize("content,expect", [
     ("model: [unclosed", "is not YAML"),
     ("model:\n  name: x\nreader:\n  batch_size: 4\n", "no dataset section"),
-    ("dataset:\n  format: parquet\n", "hpcio runs DLIO's npz, tfrecord"),
+    ("dataset:\n  format: csv\n", "hpcio runs DLIO's npz, tfrecord"),
+    ("dataset:\n  format: parquet\n  parquet:\n    columns:\n      - name: a\n"
+     "        dtype: float99\n", "is not a column"),
     ("dataset:\n  format: hdf5\nreader:\n  batch_size: many\n", "reader.batch_size"),
     ("dataset:\n  format: hdf5\nmetric:\n  au: 90\n", "metric.au is a fraction"),
 ])
@@ -186,7 +231,7 @@ def test_a_workload_name_not_shipped_names_those_that_are(tmp_path):
     p = run_main(["-m", "hpcio.datagen", "generate", tmp_path / "d", "--workload", "unet4d"])
     line = one_line(p, "hpcio.datagen")
     assert "unet4d" in line and "unet3d_h100" in line
-    assert not os.path.exists(tmp_path / "d") and len(WORKLOADS) == 14
+    assert not os.path.exists(tmp_path / "d") and len(WORKLOADS) == 18
 
 
 @pytest.mark.mpi
@@ -216,7 +261,13 @@ def test_mlperf_training_workloads_run_with_both_readers_and_are_judged(name, tm
 # ---- data as DLIO makes it ---------------------------------------------------------------
 
 def _records(ds):
-    """Every record's bytes, as the index places them in the files."""
+    """Every record's bytes, as the index places them in the files (records of several
+    parquet columns: as pyarrow reads them)."""
+    from hpcio.data.dataset import compressed_records
+    from hpcio.formats import open_native
+    if compressed_records(ds.manifest):
+        native = open_native(ds)
+        return [bytes(native.get(i)) for i in range(len(ds.index))]
     out = []
     for i in range(len(ds.index)):
         with open(ds.path(ds.index.file[i]), "rb") as f:

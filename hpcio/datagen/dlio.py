@@ -1,5 +1,6 @@
 """A DLIO workload's data as DLIO's generators make it (``datagen generate --workload``
-for npz and JPEG workloads), so that DLIO reads hpcio's data and hpcio reads DLIO's.
+for npz, JPEG and parquet workloads), so that DLIO reads hpcio's data and hpcio reads
+DLIO's.
 
 What DLIO does (dlio_benchmark ``data_generator/{data_generator,npz_generator,
 jpeg_generator}.py`` and ``utils/config.py`` at e1919d7), and hpcio the same:
@@ -19,7 +20,14 @@ jpeg_generator}.py`` and ``utils/config.py`` at e1919d7), and hpcio the same:
   and DLIO's readers still slice a (d1, d2) sample; with one sample per file (U-Net3D) the
   files are laid out exactly as DLIO's;
 * JPEG: random grey pixels ``d1 x d2`` saved by Pillow as DLIO saves them (its default
-  quality), one picture per file.
+  quality), one picture per file;
+* parquet (MLPerf Storage v3.0's dlrm and flux): the config's ``dataset.parquet.columns``,
+  each of its dtype, a list of ``size`` values where a size is given, random values (the
+  bytes of random numbers), no compression, dictionary or statistics, row groups of
+  ``row_group_size`` rows (at most 64 MiB of them); a record is the bytes of a row's
+  columns marked ``read: true`` (all columns when none is marked), as DLIO's parquet
+  reader reads only those. A config without columns: one binary column ``data`` of the
+  drawn ``d1 x d2`` random bytes.
 
 Files are written streaming, a few MB at a time: a 146 MB U-Net3D record never sits in
 memory whole. File ``i`` is written by rank ``i % P`` (DLIO's split); rank 0 then indexes
@@ -63,7 +71,7 @@ def file_names(n, ext, split="train"):
     return [f"{split}/img_{str(i).rjust(width, '0')}_of_{n}.{ext}" for i in range(n)]
 
 
-def write_npz(path, side, samples, rng):
+def write_npz(path, side, samples, rng, workload=None):
     """``np.savez(path, x=<(d1, d2, samples) uint8>, y=[0] * samples)`` streamed."""
     fmt = np.lib.format
     shape = (int(side[0]), int(side[1]), int(samples))
@@ -80,14 +88,56 @@ def write_npz(path, side, samples, rng):
             fmt.write_array(f, np.array([0] * samples))
 
 
-def write_jpeg(path, side, samples, rng):
+def write_jpeg(path, side, samples, rng, workload=None):
     """Random grey pixels (DLIO: ``np.random.randint(255)``) saved as Pillow's JPEG."""
     px = rng.integers(0, 255, size=(int(side[0]), int(side[1])), dtype=np.uint8)
     Image.fromarray(px).save(path, format="JPEG", bits=8)
 
 
+ROW_GROUP_BYTES = 64 << 20  # the most a parquet row group holds: the writer's memory
+
+
+def parquet_columns(workload, side):
+    """[(name, numpy dtype, values per row)] of a parquet workload's rows."""
+    if workload is not None and workload.columns:
+        return [(c.name, np.dtype(c.dtype), c.size) for c in workload.columns]
+    return [("data", np.dtype("S1"), int(side[0]) * int(side[1]))]
+
+
+def write_parquet(path, side, samples, rng, workload=None):
+    """``samples`` rows of random values in the workload's columns, row group by row
+    group (never more than :data:`ROW_GROUP_BYTES` in memory)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    cols = parquet_columns(workload, side)
+    row = sum(d.itemsize * k for _, d, k in cols)
+    group = (workload.row_group if workload is not None and workload.row_group else
+             8192)
+    group = max(1, min(group, ROW_GROUP_BYTES // max(row, 1)))
+
+    def array(d, k, n):
+        if d.kind == "S":  # one binary value of k bytes per row
+            return pa.array([rng.bytes(k) for _ in range(n)], pa.binary())
+        flat = pa.array(np.frombuffer(rng.bytes(n * k * d.itemsize), d))
+        return flat if k == 1 else pa.FixedSizeListArray.from_arrays(flat, k)
+
+    writer = None
+    try:
+        for lo in range(0, samples, group):
+            n = min(group, samples - lo)
+            t = pa.table({name: array(d, k, n) for name, d, k in cols})
+            if writer is None:
+                writer = pq.ParquetWriter(path, t.schema, compression="none",
+                                          use_dictionary=False, write_statistics=False)
+            writer.write_table(t, row_group_size=n)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
 #: DLIO's format -> (its file extension, the writer of one file)
-FORMATS = {"npz": ("npz", write_npz), "jpeg": ("jpeg", write_jpeg)}
+FORMATS = {"npz": ("npz", write_npz), "jpeg": ("jpeg", write_jpeg),
+           "parquet": ("parquet", write_parquet)}
 
 
 def generate(out, workload, records=None, seed=0, force=False, comm=None,
@@ -96,7 +146,8 @@ def generate(out, workload, records=None, seed=0, force=False, comm=None,
     config's) into ``out`` as DLIO does, then index them; collective over ``comm``.
     Returns the :class:`~hpcio.data.dataset.Dataset` on every rank."""
     ext, write = FORMATS[workload.format]
-    per = workload.samples_per_file
+    per = min(workload.samples_per_file, int(records)) if records else \
+        workload.samples_per_file  # scaled down: files no larger than the records asked
     n = -(-int(records) // per) if records else workload.files
     sides = dims(workload.record_bytes, workload.record_stdev, n)
     names = file_names(n, ext)
@@ -107,7 +158,8 @@ def generate(out, workload, records=None, seed=0, force=False, comm=None,
 
     def claim():
         lock.append(lock_output(out))
-        need = int(sum(int(a) * int(b) for a, b in sides)) * per
+        need = int(sum(int(a) * int(b) for a, b in sides)) * per if not \
+            workload.columns else n * per * workload.row_bytes
         prepare_output(out, ["train", "valid"], force, need, n * per)
         for d in ("train", "valid"):
             os.makedirs(os.path.join(out, d))
@@ -122,7 +174,7 @@ def generate(out, workload, records=None, seed=0, force=False, comm=None,
         try:
             for i in mine:
                 rng = np.random.default_rng([int(seed), i])
-                write(os.path.join(out, names[i]), sides[i], per, rng)
+                write(os.path.join(out, names[i]), sides[i], per, rng, workload)
                 bar.update(1)
         except OSError as e:
             err = f"{e.filename or out}: cannot write ({e.strerror})"
@@ -133,7 +185,7 @@ def generate(out, workload, records=None, seed=0, force=False, comm=None,
         raise_everywhere(comm, err)
 
         def index():
-            ds = index_path(out)
+            ds = index_path(out, images=",".join(workload.record_columns) or None)
             ds.manifest.update({"source": "generate", "workload": workload.name,
                                 "seed": int(seed), "dlio": {"files": n,
                                                             "folders": ["train", "valid"]}})

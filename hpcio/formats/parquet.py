@@ -399,6 +399,8 @@ def _chunk_codec(path, columns):
     md = _open(pq, path).metadata
     if not md.num_row_groups:
         return "none"
+    if len(columns) > 1:
+        return "columns"
     col = md.row_group(0).column(_leaves(md, columns[0])[0])
     if col.compression != "UNCOMPRESSED":
         return col.compression.lower()

@@ -79,12 +79,15 @@ class CoordinatedReader(Reader):
         super().__init__(dataset, comm, **options)
         packed = compressed_records(dataset.manifest)
         if packed:
-            comp = dataset.manifest.get(dataset.format, {}).get("compression")
+            keys = dataset.manifest.get(dataset.format, {})
+            comp = keys.get("compression")
+            where = (f"are the values of {len(keys.get('columns', []))} columns, each in its "
+                     f"own column chunk" if comp == "columns" else
+                     f"lie compressed in their files ({dataset.format} compression={comp})")
             raise HpcioError(f"{dataset.root}: {packed:,} of its {dataset.records:,} records "
-                             f"lie compressed in their files ({dataset.format} compression="
-                             f"{comp}) and the coordinated reader reads records as bytes at "
-                             f"their offsets: read it with the naive or memory reader, or "
-                             f"make it again with --format-option compression=none",
+                             f"{where} and the coordinated reader reads a record as bytes "
+                             f"at one offset: read it with the naive or memory reader"
+                             f"{'' if comp == 'columns' else ', or make it again with --format-option compression=none'}",
                              everywhere=True)
         MPI = _mpi()
         check_romio(MPI)

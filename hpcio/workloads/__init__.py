@@ -1,6 +1,7 @@
 """DLIO workload configs as hpcio settings: MLPerf Storage's training workloads (3D U-Net on
 npz, RetinaNet on JPEG, ResNet-50 and CosmoFlow on TFRecord), shipped as DLIO's and
-mlcommons/storage's own files (``dlio/``, v3.0's b200 and mi355 among them), or any DLIO
+mlcommons/storage's own files (``dlio/``, v3.0's b200 and mi355 among them, and its
+whatif DLRM and Flux on parquet), or any DLIO
 config given as a file. ``--accelerator`` picks a model's file for an accelerator
 (``--workload unet3d --accelerator b200`` is ``unet3d_b200``).
 
@@ -32,14 +33,15 @@ WORKLOADS = {f[:-5]: os.path.join(_HERE, f) for f in sorted(os.listdir(_HERE))
 ACCELERATORS = sorted({n.rsplit("_", 1)[1] for n in WORKLOADS if "_" in n})
 #: MLPerf Storage's AU threshold per model, for configs without ``metric.au`` (DLIO's
 #: v100 files): 90% for U-Net and ResNet-50, 70% for CosmoFlow (its rules, v1.0), 85% for
-#: RetinaNet (v3.0)
-MLPERF_AU = {"unet3d": 90.0, "resnet50": 90.0, "cosmoflow": 70.0, "retinanet": 85.0}
+#: RetinaNet, 70% for DLRM and 90% for Flux (v3.0)
+MLPERF_AU = {"unet3d": 90.0, "resnet50": 90.0, "cosmoflow": 70.0, "retinanet": 85.0,
+             "dlrm": 70.0, "flux": 90.0}
 
 # DLIO keys hpcio takes, as (section, key); all others are reported as not modelled
 _MODELLED = {
     ("model", "name"), ("dataset", "format"), ("dataset", "num_files_train"),
     ("dataset", "num_samples_per_file"), ("dataset", "record_length_bytes"),
-    ("dataset", "record_length_bytes_stdev"),
+    ("dataset", "record_length_bytes_stdev"), ("dataset", "record_length"),
     ("dataset", "data_folder"), ("reader", "batch_size"),
     ("reader", "sample_shuffle"), ("reader", "file_shuffle"), ("reader", "prefetch_size"),
     ("train", "epochs"), ("train", "computation_time"), ("train", "computation_time_stdev"),
@@ -50,7 +52,24 @@ _MODELLED = {
 #: within a shard, if it has one: else a shard is a file)
 FORMATS = {"npz": ("npz", "raw", "samples_per_file"), "tfrecord": ("tfrecord", "raw", None),
            "hdf5": ("hdf5", "raw", None), "jpeg": ("images", "jpeg", None),
-           "png": ("images", "png", None)}
+           "png": ("images", "png", None), "parquet": ("parquet", "raw", None)}
+#: dataset.parquet keys hpcio takes: the columns written (and read) and the row group
+_PARQUET = {"columns", "row_group_size", "read_mode"}
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a parquet workload (``dataset.parquet.columns``)."""
+
+    name: str
+    dtype: str
+    size: int = 1      # values per row
+    read: bool = True  # read by the loader (DLIO reads only ``read: true`` columns)
+
+    @property
+    def nbytes(self):
+        import numpy as np
+        return np.dtype(self.dtype).itemsize * self.size
 
 
 @dataclass(frozen=True)
@@ -76,6 +95,19 @@ class Workload:
     data_folder: str = None
     record_stdev: float = 0.0    # DLIO's record_length_bytes_stdev
     unmodelled: tuple = field(default_factory=tuple)
+    columns: tuple = ()          # parquet: the row's Columns
+    row_group: int = None        # parquet: rows per row group
+
+    @property
+    def record_columns(self):
+        """The parquet columns a record is made of: those read (all when none is)."""
+        read = [c.name for c in self.columns if c.read]
+        return read or [c.name for c in self.columns]
+
+    @property
+    def row_bytes(self):
+        """The bytes of a parquet row, all its columns."""
+        return sum(c.nbytes for c in self.columns)
 
     @property
     def records(self):
@@ -95,6 +127,8 @@ class Workload:
         o = {"model": "emulate", "compute_time": self.compute_time, "batch": self.batch,
              "epochs": self.epochs, "shuffle": self.shuffle, "preprocess": "off",
              "au_threshold": self.au_threshold}
+        if self.shuffle == "chunk":  # DLIO's file shuffle: whole files, samples in order
+            o.update(block=self.samples_per_file, window=1)
         if self.compute_std > 0:
             o.update(compute_dist="normal", compute_std=self.compute_std)
         for k in ("seed", "steps", "prefetch"):
@@ -206,27 +240,72 @@ def _workload(name, path, cfg):
                          f"{au}", everywhere=True)
     else:
         au = 100.0 * au  # hpcio's unit: percent, as AU is printed
-    shuffled = {str(get("reader", k, str, "off")).lower() for k in
-                ("sample_shuffle", "file_shuffle")}
+    on = {"seed", "random", "on", "true"}
+    by_file, by_sample = (str(get("reader", k, str, "off")).lower() in on for k in
+                          ("file_shuffle", "sample_shuffle"))
     seed = get("train", "seed", int, least=0)
+    columns, row_group, pq_left = _parquet(path, cfg["dataset"])
+    per_file = get("dataset", "num_samples_per_file", int, 1, least=1)
     left = [f"{s}.{k}" for s, sec in cfg.items() if isinstance(sec, dict)
-            for k in sec if (s, k) not in _MODELLED]
+            for k in sec if (s, k) not in _MODELLED and (s, k) != ("dataset", "parquet")]
+    left += pq_left
+    if str(cfg["dataset"].get("compression", "none")).lower() == "none" and \
+            "dataset.compression" in left:  # none is what hpcio writes
+        left.remove("dataset.compression")
     left += [s for s, sec in cfg.items() if not isinstance(sec, dict)]
     return Workload(
         name=name, source=os.path.abspath(path), model=model, format=fmt,
         files=get("dataset", "num_files_train", int, least=1) or 1,
-        samples_per_file=get("dataset", "num_samples_per_file", int, 1, least=1),
-        record_bytes=int(get("dataset", "record_length_bytes", float, least=1) or 65536),
+        samples_per_file=per_file,
+        record_bytes=int(get("dataset", "record_length_bytes", float, least=1) or
+                         get("dataset", "record_length", float, least=1) or
+                         sum(c.nbytes for c in columns) or 65536),
         batch=get("reader", "batch_size", int, 1, least=1),
         epochs=get("train", "epochs", int, 1, least=1),
         compute_time=get("train", "computation_time", float, 0.0, least=0),
         compute_std=get("train", "computation_time_stdev", float, 0.0, least=0),
         au_threshold=au,
         prefetch=get("reader", "prefetch_size", int, least=0),
-        # DLIO's seed or random: every epoch in a new order (its file shuffle alone
-        # reorders whole files: hpcio's plan shuffles records, the nearest it has)
-        shuffle="global" if shuffled & {"seed", "random", "on", "true"} else "none",
+        # DLIO's seed or random: every epoch in a new order. Its file shuffle alone
+        # reorders whole files and reads each file's samples in order: hpcio's chunk
+        # shuffle of blocks of a file's records, not mixed (with one sample per file,
+        # the same as a global shuffle)
+        shuffle="global" if by_sample or (by_file and per_file == 1) else
+        "chunk" if by_file else "none",
         seed=seed, steps=get("train", "total_training_steps", int, least=1),
         data_folder=get("dataset", "data_folder", str),
         record_stdev=get("dataset", "record_length_bytes_stdev", float, 0.0, least=0),
-        unmodelled=tuple(sorted(left)))
+        unmodelled=tuple(sorted(left)), columns=columns, row_group=row_group)
+
+
+def _parquet(path, dataset):
+    """(columns, row group, keys not modelled) of ``dataset.parquet``; a column without a
+    name or with a dtype NumPy does not know is one line."""
+    import numpy as np
+    sec = dataset.get("parquet")
+    if sec is None:
+        return (), None, []
+    if not isinstance(sec, dict):
+        raise HpcioError(f"workload {path}: dataset.parquet must be a mapping",
+                         everywhere=True)
+    cols = []
+    for i, c in enumerate(sec.get("columns") or []):
+        try:
+            col = Column(str(c["name"]), str(c.get("dtype", "float32")),
+                         int(c.get("size", 1)), bool(c.get("read", True)))
+            np.dtype(col.dtype)
+            if col.size < 1:
+                raise ValueError
+        except (TypeError, KeyError, ValueError):
+            raise HpcioError(f"workload {path}: dataset.parquet.columns[{i}]: {c!r} is not "
+                             f"a column (name, dtype, size >= 1, read)", everywhere=True)
+        cols.append(col)
+    rg = sec.get("row_group_size")
+    if rg is not None:
+        if not isinstance(rg, int) or rg < 1:
+            raise HpcioError(f"workload {path}: dataset.parquet.row_group_size must be "
+                             f"an integer >= 1, not {rg!r}", everywhere=True)
+    left = [f"dataset.parquet.{k}" for k in sec if k not in _PARQUET]
+    if str(sec.get("read_mode", "row_group")) != "row_group":
+        left.append("dataset.parquet.read_mode")
+    return tuple(cols), rg, left
