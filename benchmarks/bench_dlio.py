@@ -74,6 +74,7 @@ so "cold" figures are upper bounds (``../shared/BENCHMARKING.md``).
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -102,6 +103,12 @@ WORKLOADS = {
                    ext=".npz"),
     "resnet50": dict(config="resnet50_h100", files=8, per_file=512, record=None, batch=64,
                      ext=".tfrecord"),
+    # MLPerf Storage v3.0's (mlcommons/storage's files, as hpcio ships them: DLIO reads
+    # them from a hydra search path, its wheel has none)
+    "unet3d_b200": dict(config="unet3d_b200", files=64, per_file=1, record=4 << 20,
+                        batch=2, ext=".npz", v3=True),
+    "retinanet_b200": dict(config="retinanet_b200", files=384, per_file=1, record=None,
+                           batch=8, ext=".jpeg", v3=True),
 }
 TFRECORD2IDX = '''#!/usr/bin/env python3
 """tfrecord2idx FILE IDX: one "offset length" line per record of a TFRecord file."""
@@ -175,11 +182,26 @@ def dlio_cmd(a, w, data, out, **over):
             "workflow.checkpoint": False, "workflow.evaluation": False,
             "output.folder": out, **over}
     if w["record"]:
-        vals.update({"dataset.record_length": w["record"], "dataset.record_length_stdev": 0})
+        vals.update({"dataset.record_length": w["record"], "dataset.record_length_stdev": 0,
+                     "dataset.record_length_bytes": w["record"],
+                     "dataset.record_length_bytes_stdev": 0})
+    search = [f"hydra.searchpath=[file://{v3_configs(a.dir)}]"] if w.get("v3") else []
     return [launcher(), "-n", str(a.ranks), os.path.join(a.venv, "bin", "dlio_benchmark"),
-            f"workload={w['config']}", f"hydra.run.dir={out}"] + [
+            f"workload={w['config']}", f"hydra.run.dir={out}"] + search + [
                 f"++workload.{k}={str(v).lower() if isinstance(v, bool) else v}"
                 for k, v in vals.items()]
+
+
+def v3_configs(where):
+    """A hydra search path whose ``workload/`` holds the v3.0 configs hpcio ships."""
+    from hpcio.workloads import WORKLOADS as SHIPPED
+    d = os.path.join(os.path.abspath(where), "dlio-configs")
+    os.makedirs(os.path.join(d, "workload"), exist_ok=True)
+    for w in WORKLOADS.values():
+        if w.get("v3"):
+            shutil.copyfile(SHIPPED[w["config"]], os.path.join(d, "workload",
+                                                               w["config"] + ".yaml"))
+    return d
 
 
 def make_data(a, name, w):
@@ -297,7 +319,9 @@ def table(results, limits, records, contenders):
 def main(argv=None):
     p = ArgumentParser(prog="python benchmarks/bench_dlio.py",
                        description="DLIO 2.0.0 vs hpcio naive vs hpcio coordinated on DLIO's "
-                                   "U-Net3D (npz) and ResNet-50 (TFRecord) workloads, scaled "
+                                   "U-Net3D (npz) and ResNet-50 (TFRecord) workloads and "
+                                   "MLPerf Storage v3.0's U-Net3D and RetinaNet (JPEG) on "
+                                   "b200, scaled "
                                    "down, same files, cold cache, interleaved repeats.")
     p.add_argument("--venv", default=os.path.join(ROOT, ".venv-dlio"),
                    help="DLIO's venv, made here on first use (default ./.venv-dlio, "
@@ -307,7 +331,8 @@ def main(argv=None):
     p.add_argument("--setup-only", action="store_true", help="make DLIO's venv and stop")
     p.add_argument("--dir", default=os.path.join(ROOT, "runs", "bench-dlio"),
                    help="datasets and run directories go here")
-    p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
+    p.add_argument("--workloads", nargs="+", default=["unet3d", "resnet50"],
+                   choices=list(WORKLOADS))
     p.add_argument("--contenders", nargs="+", default=["dlio", "naive", "coordinated"],
                    choices=("dlio", "naive", "coordinated"))
     p.add_argument("--generator", default="dlio", choices=("dlio", "hpcio"),
