@@ -252,6 +252,13 @@ def guard(main, prog="hpcio"):
             rank, size, comm = _world()
             _end(code, comm, size)
         raise
+    except BrokenPipeError:
+        # the reader of our output went away (``| head``): nothing to say to anyone,
+        # the shell's code for SIGPIPE; stdout pointed at /dev/null so that the
+        # interpreter's own flush at exit does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        rank, size, comm = _world()
+        _end(128 + signal.SIGPIPE, comm, size)
     except BaseException as e:
         rank, size, comm = _world()
         if rank > 0:
