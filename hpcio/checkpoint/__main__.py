@@ -1,0 +1,37 @@
+"""``python -m hpcio.checkpoint``: see :mod:`hpcio.checkpoint.run` and
+:mod:`hpcio.checkpoint.layout`."""
+
+import signal
+import sys
+
+from ..errors import guard, interrupt_on
+
+
+def sizes(args):
+    """The ``sizes`` subcommand: no MPI, no torch."""
+    from .layout import GIB, MODELS, Layout, load_model
+    default = {"llama3_8b": 8, "llama3_70b": 64, "llama3_405b": 512, "llama3_1t": 1024}
+    print(f"{'model':<12} {'layout':<34} {'parameters':>16} {'files/rank0':>11} "
+          f"{'GiB/checkpoint':>15} {'GiB/rank (max)':>15}")
+    for name in args.model or list(MODELS):
+        model = load_model(name)
+        ranks = args.ranks or default.get(model.name, model.mp)
+        lay = Layout(model, ranks, args.scale)
+        text = lay.describe().split(": ", 1)[1].rsplit(",", 1)[0]
+        print(f"{model.name:<12} {text:<34} {model.num_parameters():>16,} "
+              f"{len(lay.files(0)):>11} {lay.total_bytes / GIB:>15.3f} "
+              f"{max(lay.rank_bytes(r) for r in range(ranks)) / GIB:>15.3f}")
+    return 0
+
+
+def _main():
+    from .command import build_parser
+    args = build_parser().parse_args()
+    if args.command == "sizes":
+        return sizes(args)
+    from .run import run  # torch and MPI: seconds, under the guard
+    return run(args)
+
+
+interrupt_on((signal.SIGTERM, signal.SIGINT))
+sys.exit(guard(_main, prog="hpcio.checkpoint"))
