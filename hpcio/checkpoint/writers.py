@@ -33,9 +33,15 @@ from ..errors import HpcioError, lookup
 from .layout import DTYPES
 from .state import empty_state, tensor_bytes
 
-__all__ = ["WRITERS", "make_writer", "plan", "Plan", "ROUND_BYTES"]
+__all__ = ["WRITERS", "make_writer", "plan", "Plan", "ROUND_BYTES", "DEFAULT_HINTS"]
 
 ROUND_BYTES = 256 << 20  # bytes per rank per MPI-IO call: big calls, int-sized counts
+#: ROMIO hints the coordinated writer starts from (``--hint`` wins). Each rank's file region
+#: is contiguous and its memory is not (one block per tensor): with data sieving on, ROMIO
+#: moves such a call through a bounce buffer of ind_rd/wr_buffer_size (4 MiB / 512 KiB),
+#: a copy and a system call per buffer: 0.15 GiB/s against 2.1 GiB/s with it off, reading
+#: 100 MiB in 10 tensors from one rank here (ext4 on a VM's disk, page cache cold)
+DEFAULT_HINTS = {"romio_ds_read": "disable", "romio_ds_write": "disable"}
 
 
 class _Writer:
@@ -204,7 +210,7 @@ class Coordinated(_Writer):
         self.collective = o.get("mpiio", "collective") == "collective"
         self.round_bytes = int(o.get("round_bytes") or ROUND_BYTES)
         self.plan = plan(job.layout, int(o.get("files") or 1), int(o.get("align") or 4096))
-        self.hints = dict(o.get("hints") or {})
+        self.hints = {**DEFAULT_HINTS, **(o.get("hints") or {})}
         self.used_hints = None
         self._comms = {}
 
