@@ -125,8 +125,9 @@ def main():
                     "read": m["load_checkpoint_io_mean_GB_per_second"],
                     "resident_before_read": m["resident"], "load": l0,
                     "load_after": loadavg()})
-                print(f"  n={ranks} round {r + 1} {writer:<12} write {rows[(ranks, writer)][-1]['write']:.3f}"
-                      f" read {rows[(ranks, writer)][-1]['read']:.3f} GiB/s  (load {l0:.2f} -> "
+                last = rows[(ranks, writer)][-1]
+                print(f"  n={ranks} round {r + 1} {writer:<12} write {last['write']:.3f}"
+                      f" read {last['read']:.3f} GiB/s  (load {l0:.2f} -> "
                       f"{loadavg():.2f}; {100 * m['resident']:.1f}% of the files in the page "
                       f"cache after eviction)", flush=True)
     med = {k: {f: statistics.median(x[f] for x in v) for f in ("write", "read")}

@@ -18,7 +18,7 @@ from common.mpi import run_mpi
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHECK = os.path.join(HERE, "mpi", "check_checkpoint.py")
 # a few MiB per checkpoint: llama3_8b's 195 + 6 tensors per rank, each 1/20,000 of its size
-TINY = ["--model", "llama3_8b", "--scale", "0.00005", "--checkpoints", "2"]
+TINY = ["--model", "llama3_8b", "--scale", "0.00005", "--checkpoints", "1"]
 
 
 def _json(path):
@@ -97,7 +97,7 @@ def _run(tmp_path, writer, *more, env=None, name="ck"):
 def test_round_trip_one_rank(tmp_path, writer):
     """Written, cache cleared, read back and every tensor's CRC-32C matched (the run
     fails otherwise); the summary's figures are MLPerf's mean of the per-checkpoint rates."""
-    p = _run(tmp_path, writer)
+    p = _run(tmp_path, writer, "--checkpoints", "2")
     assert p.returncode == 0, p.stderr
     s = _json(tmp_path / f"run-ck-{writer}" / "summary.json")
     rates = [c["write_GiB_per_s"] for c in s["checkpoints"]]
@@ -158,7 +158,7 @@ def test_restore_of_another_layout_names_both(tmp_path):
 @pytest.mark.parametrize("how", ["truncate", "edit"])
 def test_changed_shard_names_file_and_offset(tmp_path, how):
     assert _run(tmp_path, "coordinated", "--phase", "write").returncode == 0
-    ck = tmp_path / "ck" / "global_epoch1_step2"
+    ck = tmp_path / "ck" / "global_epoch1_step1"
     m = _json(ck / "manifest.json")
     t = max(m["tensors"], key=lambda t: t["length"])
     data = ck / t["data_file"]
@@ -193,13 +193,13 @@ def test_rank_failing_mid_write_leaves_no_complete_checkpoint(tmp_path):
     the second has no manifest and no 'complete', and a restore refuses it in one line."""
     with pytest.raises(RuntimeError, match="HPCIO_CKPT_FAULT test hook: rank 0 failed while "
                                            "writing checkpoint 2"):
-        _run(tmp_path, "coordinated", env={"HPCIO_CKPT_FAULT": "0:2"})
+        _run(tmp_path, "coordinated", "--checkpoints", "2", env={"HPCIO_CKPT_FAULT": "0:2"})
     ck = tmp_path / "ck"
     assert (ck / "global_epoch1_step1" / "complete").exists()
     assert not (ck / "global_epoch1_step2" / "complete").exists()
     assert not (ck / "global_epoch1_step2" / "manifest.json").exists()
     line = _one_line(run_main(["-m", "hpcio.checkpoint", "run", *TINY, "--phase", "read",
-                               "--dir", ck, "--out", tmp_path / "read"]))
+                               "--checkpoints", "2", "--dir", ck, "--out", tmp_path / "read"]))
     assert "global_epoch1_step2: incomplete checkpoint (no 'complete' marker" in line
 
 

@@ -5,11 +5,13 @@ import signal
 import sys
 
 from ..errors import guard, interrupt_on
+from .command import build_parser
+from .layout import GIB, MODELS, Layout, load_model
+from .run import run
 
 
 def sizes(args):
     """The ``sizes`` subcommand: no MPI, no torch."""
-    from .layout import GIB, MODELS, Layout, load_model
     default = {"llama3_8b": 8, "llama3_70b": 64, "llama3_405b": 512, "llama3_1t": 1024}
     print(f"{'model':<12} {'layout':<34} {'parameters':>16} {'files/rank0':>11} "
           f"{'GiB/checkpoint':>15} {'GiB/rank (max)':>15}")
@@ -25,11 +27,9 @@ def sizes(args):
 
 
 def _main():
-    from .command import build_parser
     args = build_parser().parse_args()
     if args.command == "sizes":
         return sizes(args)
-    from .run import run  # torch and MPI: seconds, under the guard
     return run(args)
 
 

@@ -2,6 +2,7 @@
 ``hpcio --help`` must not start MPI or torch)."""
 
 import os
+import time
 
 from ..cli import ArgumentParser, ExamplesFormatter, integer, number
 
@@ -91,6 +92,5 @@ def build_parser():
 
 
 def default_out(writer, model, ranks):
-    import time
     return os.path.join("runs", f"{time.strftime('%Y%m%d-%H%M%S')}-ckpt-{writer}-"
                                 f"{os.path.splitext(os.path.basename(model))[0]}-n{ranks}")

@@ -38,11 +38,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..cache import cold_scope, drop_caches, resident_fraction
 from ..cli import parse_key_values
 from ..errors import HpcioError, report_to
 from ..fsutil import atomic_json, atomic_write, evict
+from ..measure.rundir import RunDir, capture_env
 from ..mpiutil import on_root
+from ..train.dist import init_world
+from .command import default_out
 from .layout import GIB, Layout, load_model
+from .state import crc32c_of, make_state
+from .writers import make_writer
 
 __all__ = ["run", "Job", "MANIFEST", "COMPLETE", "checkpoint_name", "read_manifest"]
 
@@ -120,10 +126,11 @@ def check_compatible(manifest, layout, writer, where):
     mine = layout.record()
     theirs = manifest.get("layout") or {}
     keys = [k for k in mine if mine[k] != theirs.get(k)]
-    if keys or manifest.get("writer") != writer:
+    keys += ["writer"] if manifest.get("writer") != writer else []
+    if keys:
         raise HpcioError(f"{where}: written as {_layout_line(theirs, manifest.get('writer'))}"
                          f"; this job is {_layout_line(mine, writer)} (differs in "
-                         f"{', '.join(keys + (['writer'] if manifest.get('writer') != writer else []))})")
+                         f"{', '.join(keys)})")
 
 
 def _claim_dir(directory, force, phase):
@@ -158,7 +165,6 @@ def _stats(values):
 def _evict_all(job, directory, names):
     """Drop the checkpoints' files from this node's page cache (split between the node's
     ranks); (files, resident fraction after, on this node's first rank)."""
-    from ..cache import resident_fraction
     paths = sorted(os.path.join(directory, n, f) for n in names
                    for f in os.listdir(os.path.join(directory, n))
                    if os.path.isfile(os.path.join(directory, n, f)))
@@ -214,7 +220,6 @@ def _write_one(job, writer, directory, k, state, crcs, files):
 
 def _verify(got, manifest, target, path):
     """Every restored tensor of rank ``target`` against the manifest's CRC-32C."""
-    from .state import crc32c_of
     for t in manifest["tensors"]:
         if t["rank"] != target:
             continue
@@ -248,11 +253,6 @@ def _read_one(job, writer, directory, name, files):
 
 def run(args):
     """The ``run`` subcommand (collective)."""
-    from ..measure.rundir import RunDir, capture_env
-    from ..train.dist import init_world
-    from .command import default_out
-    from .state import crc32c_of, make_state
-    from .writers import make_writer
     world = init_world()
     comm = world.comm
     layout = Layout(load_model(args.model), world.size, args.scale)
@@ -320,7 +320,6 @@ def run(args):
 
 def _clear(job, directory, names, args):
     """The page cache of the checkpoints' files, before the reads (rank 0's record)."""
-    from ..cache import cold_scope, drop_caches
     if args.cache == "asis":
         return {"mode": "asis"}
     t0 = time.perf_counter()

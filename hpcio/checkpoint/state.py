@@ -2,6 +2,7 @@
 with random bytes (as DLIO's ``torch.rand``: nothing a file system could compress or
 deduplicate), and the CRC-32C of each, the record a restore is checked against."""
 
+import crc32c
 import numpy as np
 
 from .layout import DTYPES
@@ -51,5 +52,4 @@ def empty_state(files):
 def crc32c_of(t):
     """CRC-32C of a tensor's bytes (the ``crc32c`` package: SSE4.2/ARMv8 instructions,
     several GB/s)."""
-    import crc32c  # a dependency of the checkpoint command only
     return crc32c.crc32c(tensor_bytes(t))

@@ -30,6 +30,8 @@ import os
 import warnings
 
 from ..errors import HpcioError, lookup
+from ..readers.hints import file_hints, mpi_info
+from ..train.dist import init_process_group
 from .layout import DTYPES
 from .state import empty_state, tensor_bytes
 
@@ -94,8 +96,9 @@ class TorchSave(_Writer):
             except FileNotFoundError:
                 raise HpcioError(f"{path}: missing (the checkpoint lost a file)")
             except Exception as e:  # torch raises RuntimeError, pickle errors, EOFError...
+                text = str(e).strip().splitlines()
                 raise HpcioError(f"{path}: torch.load failed: "
-                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}")
+                                 f"{text[0] if text else type(e).__name__}")
             for t in f.tensors:
                 if t.key not in got:
                     raise HpcioError(f"{path}: holds no tensor {t.key}")
@@ -114,7 +117,6 @@ class Dcp(_Writer):
         self.td = td
         self.group = False
         if job.size > 1 and not td.is_initialized():
-            from ..train.dist import init_process_group
             init_process_group(job.world, "gloo")
             self.group = True
         # one process with no group: DCP says it assumes one process, once per call
@@ -247,7 +249,6 @@ class Coordinated(_Writer):
                 yield
 
     def _open(self, path, amode, comm):
-        from ..readers.hints import mpi_info
         info = mpi_info(self.hints)
         try:
             return self.MPI.File.Open(comm, path, amode, info)
@@ -258,7 +259,6 @@ class Coordinated(_Writer):
                 info.Free()
 
     def save(self, directory, state, files, index):
-        from ..readers.hints import file_hints
         MPI, job = self.MPI, self.job
         g, start, entries = self.plan.regions[job.rank]
         comm = self._comm(g)
