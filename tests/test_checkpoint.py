@@ -155,6 +155,18 @@ def test_restore_of_another_layout_names_both(tmp_path):
     assert "writer coordinated; this job is" in line and "differs in writer" in line
 
 
+def test_restore_on_another_world_size_names_both():
+    """A checkpoint of 4 ranks restored by 2: refused, both layouts in the line."""
+    from hpcio.checkpoint.run import check_compatible
+    written = {"writer": "dcp", "layout": Layout(load_model("llama3_8b"), 4, 0.01).record()}
+    with pytest.raises(HpcioError) as e:
+        check_compatible(written, Layout(load_model("llama3_8b"), 2, 0.01), "dcp", "CK")
+    assert str(e.value) == (
+        "CK: written as llama3_8b TP1 x PP1 x DP4 ZeRO-3, 4 ranks, scale 0.01, writer dcp; "
+        "this job is llama3_8b TP1 x PP1 x DP2 ZeRO-3, 2 ranks, scale 0.01, writer dcp "
+        "(differs in world, dp)")
+
+
 @pytest.mark.parametrize("how", ["truncate", "edit"])
 def test_changed_shard_names_file_and_offset(tmp_path, how):
     assert _run(tmp_path, "coordinated", "--phase", "write").returncode == 0
