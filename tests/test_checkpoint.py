@@ -40,6 +40,15 @@ def test_sizes_are_the_rules_table():
     assert set(MODELS) == {"llama3_8b", "llama3_70b", "llama3_405b", "llama3_1t"}
 
 
+def test_sizes_command_lists_the_layouts():
+    p = run_main(["-m", "hpcio.checkpoint", "sizes"])
+    assert p.returncode == 0, p.stderr
+    rows = p.stdout.splitlines()[1:]
+    assert [r.split()[0] for r in rows] == ["llama3_8b", "llama3_70b", "llama3_405b",
+                                            "llama3_1t"]
+    assert rows[1].split()[-2] == "911.212" and "TP8 x PP64 x DP2, ZeRO-1, 1024" in rows[3]
+
+
 def test_files_as_dlio_names_them():
     lay = Layout(load_model("llama3_8b"), 8)
     assert [f.name for f in lay.files(3)] == ["zero_pp_rank_3_mp_rank_0_model_states",
