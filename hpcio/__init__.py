@@ -33,6 +33,10 @@ Where things live (one home per concern)::
                 and figures, predictions drawn beside runs, stores of one dataset compared
                 (the studies in the top-level analysis/ use them), runs exported as rows
                 (export.py)
+    checkpoint/ the ``checkpoint`` command: MLPerf Storage's llama3 checkpoint layouts as DLIO
+                sizes them (layout.py, configs/), their tensors (state.py), the writers
+                (writers.py: DCP, torch.save, coordinated MPI-IO; WRITERS registry) and the
+                timed write-evict-read sequence with its run directory (run.py)
     bench.py, demo.py, results.py, analyze.py   the other commands (``python -m
                 hpcio.<command>``; ``results summarize`` for runs that did not finish, ``results
                 export`` for runs as MLPerf Storage-style rows)
@@ -67,7 +71,7 @@ command's parser whose option it was), and its line in ``cli.COMMANDS``.
 The layers, lowest first (a package imports only from those below it; no private name
 crosses modules; tests/test_layering.py checks both): errors; fsutil, mpiutil, plan,
 progress; data, measure, cache, workloads; formats, explain; readers; cli, outputs; train;
-the other commands (the sweep reads its train options with train's own parser); __main__.
+the other commands (checkpoint among them) (the sweep reads its train options with train's own parser); __main__.
 
 Imports are deferred into functions only for a heavy library, each with its reason in a
 comment: mpi4py (importing it initialises MPI), torch (seconds; the training modules'

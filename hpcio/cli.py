@@ -274,6 +274,9 @@ COMMANDS = {
               "each reader against the machine's own read limits, runs interleaved"),
     "train": ("hpcio.train", "hpcio.train.options",
               "data-parallel training on MPI ranks with per-step stall accounting"),
+    "checkpoint": ("hpcio.checkpoint", "hpcio.checkpoint.command",
+                   "MLPerf's llama3 checkpoints written and restored: PyTorch's own (DCP, "
+                   "torch.save) against coordinated MPI-IO"),
     "sweep": ("hpcio.sweep", "hpcio.sweep.command",
               "one train job per point (ranks x reader x data), resumable"),
     "analyze": ("hpcio.analyze", "hpcio.analyze",

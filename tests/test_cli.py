@@ -23,7 +23,8 @@ from common.mpi import run_mpi, run_py
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-COMMANDS = ["datagen", "train", "bench", "sweep", "analyze", "results", "demo", "simulate"]
+COMMANDS = ["datagen", "train", "bench", "sweep", "analyze", "results", "demo", "simulate",
+            "checkpoint"]
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -21,7 +21,7 @@ LAYERS = [
     {"readers"},
     {"cli", "outputs"},
     {"train"},
-    {"datagen", "simulate", "bench", "sweep", "demo", "analyze", "results"},
+    {"datagen", "simulate", "bench", "sweep", "demo", "analyze", "results", "checkpoint"},
     {"__main__"},
 ]
 LAYER = {unit: k for k, units in enumerate(LAYERS) for unit in units}
@@ -115,6 +115,10 @@ DEFERRED = {
     "hpcio/datagen/command.py": {"mpi4py"},
     "hpcio/datagen/write.py": {"mpi4py"},
     "hpcio/errors.py": {"mpi4py"},
+    # torch: seconds, loaded by a run's writers (the sizes subcommand and --help need none)
+    "hpcio/checkpoint/state.py": {"torch"},
+    "hpcio/checkpoint/writers.py": {"mpi4py", "torch", "torch.distributed",
+                                    "torch.distributed.checkpoint"},
     "hpcio/formats/hdf5.py": {"h5py"},
     "hpcio/formats/parquet.py": {"pyarrow", "pyarrow.parquet"},
     "hpcio/measure/clock.py": {"mpi4py"},
