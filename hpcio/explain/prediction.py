@@ -49,15 +49,17 @@ class Prediction:
         return sorted({p["reader"] for p in self.points})
 
 
-def write_prediction(path, platform, fit, points, supported, simulated_back, held_out):
+def write_prediction(path, platform, fit, points, supported, simulated_back, held_out,
+                     **more):
     """Both files into directory ``path`` (made if need be), each atomically:
     ``platform`` (a platform's dict), ``fit`` (its line), the simulated ``points``,
     ``supported`` ({reader: accelerators supported}), the measured points simulated back
-    and the held-out check (None: nothing held out)."""
+    and the held-out check (None: nothing held out); ``more``: prediction.json's other
+    fields (the near-equal fits' tolerance, the runs that would narrow a range)."""
     os.makedirs(path, exist_ok=True)
     atomic_json(os.path.join(path, FILES["prediction"]), {
         "platform": platform, "fit": fit, "stall_s_per_step": STALL_DEFINITION,
-        "accelerators_supported": supported, "points": points})
+        "accelerators_supported": supported, "points": points, **more})
     atomic_json(os.path.join(path, FILES["validation"]),
                 {"simulated_back": simulated_back, "held_out": held_out})
 

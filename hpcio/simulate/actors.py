@@ -20,11 +20,13 @@ class Ranks:
     they fill ``out`` with per-actor, per-step :data:`COLUMNS` and the requests, bytes and
     bytes per server they issued."""
 
-    def __init__(self, sg, k, case, hosts, servers, plans, out, barrier, group, per_host):
+    def __init__(self, sg, k, case, hosts, servers, plans, out, barrier, group, per_host,
+                 tick=None):
         p, w = case.platform, case.workload
         self.sg, self.k, self.case, self.p, self.w = sg, k, case, p, w
         self.hosts, self.servers, self.plans, self.out = hosts, servers, plans, out
         self.barrier, self.group, self.per_host = barrier, group, per_host
+        self.tick = tick
         self.queues = [sg.Semaphore(p.server_threads) for _ in servers] \
             if p.server_threads else None
         self.kind, self.pattern = w.pattern
@@ -97,6 +99,8 @@ class Ranks:
         cols["wall"][a, s] = sg.Engine.clock - t0
         cols["records"][a, s] = w.batch * self.members[a]
         cols["nbytes"][a, s] = w.batch * self.members[a] * w.record_bytes
+        if a == 0 and self.tick is not None:
+            self.tick()
 
     def _demand_rank(self, a):
         """The trainer's loader fetches on demand, at most ``w.ahead`` batches ahead of

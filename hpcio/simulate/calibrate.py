@@ -11,6 +11,12 @@ bytes it reads, which a cache hit does not cost). The objective counts each run'
 validation's targets: Table A's stall/step max-rank in 15% of it or 1 ms, whichever is
 larger (a stall of 0.1 ms measured against 0.0 simulated is a hit, not an infinite miss),
 and AU in 3 points; squared and summed.
+
+Every fit the two grids tried is kept beside the best when its stall misses the reader's
+runs by no more than ``tolerance_s`` beyond the best's (the root mean square over the
+reader's runs of stall/step max-rank simulated minus measured, in seconds): the
+near-equal fits, whose spread a prediction carries (:mod:`.predict`). The runs cannot tell
+them apart, so a prediction that differs between them is only as sure as that spread.
 """
 
 import math
@@ -27,7 +33,7 @@ from .platform import barrier_rounds
 from .workload import NodeCache
 
 __all__ = ["Fit", "fit_window", "fit_exchange", "fit_barrier", "calibrate", "simulated_figures", "run_cases",
-           "errors_of",
+           "errors_of", "TOLERANCE_S", "check_tolerance",
            "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S", "BYTE_CPU", "SAMPLE_SHARE", "QUANTA", "STALL_TARGET", "AU_TARGET", "miss"]
 
 FLOOR_S = 1e-3
@@ -39,6 +45,8 @@ BYTE_CPU = tuple(v * 1e-3 / 2 ** 20 for v in (0, 1, 2, 4, 8))  # s per byte (ms 
 SAMPLE_SHARE = (0.5, 0.75, 1.0)        # of the CPU per sample, kept beside a cost per byte
 QUANTA = (0.0, 1.5e-3, 4e-3, 8e-3)     # the node's run queue: fluid, or bursts of so long
 STALL_TARGET, AU_TARGET = 0.15, 3.0   # the validation's targets (stall: or FLOOR_S)
+TOLERANCE_S = 1e-3                    # near-equal fits: stall RMS within 1 ms of the best's
+MAX_NEAR = 32                         # near-equal fits kept per reader, the closest first
 WINDOWS = tuple(int(2 ** (k / 2)) for k in range(32, 44))   # 64 KiB .. 2.8 MiB
 
 
@@ -49,6 +57,9 @@ class Fit:
     residuals: List[dict] = field(default_factory=list)
     # workload name -> (Case, figures): each run as the validation simulated it back
     simulated: Dict[str, tuple] = field(default_factory=dict)
+    # reader -> the near-equal fits, the best first: [{"platform", "params", "rms_s"}]
+    near: Dict[str, list] = field(default_factory=dict)
+    tolerance_s: float = TOLERANCE_S
 
 
 def simulated_figures(case, out):
@@ -71,9 +82,10 @@ def simulated_figures(case, out):
     return run_figures(run)
 
 
-def run_cases(cases):
-    """Simulate ``cases``; their figures, with how many requests and whether aggregated."""
-    outs = simulate(cases)
+def run_cases(cases, label=None):
+    """Simulate ``cases``; their figures, with how many requests and whether aggregated
+    (``label``: a progress line under it while they run)."""
+    outs = simulate(cases, label)
     res = []
     for case, out in zip(cases, outs):
         f = simulated_figures(case, out)
@@ -175,10 +187,50 @@ def _best(cases, figs, key, value):
     return best, {r: min(v, key=v.get) for r, v in score[best].items()}
 
 
-def calibrate(workloads, platform):
+def check_tolerance(tolerance_s):
+    """``tolerance_s`` as a float, or HpcioError in one line when it keeps no fit."""
+    try:
+        t = float(tolerance_s)
+    except (TypeError, ValueError):
+        t = float("nan")
+    if not math.isfinite(t) or t < 0:
+        raise HpcioError(f"tolerance {tolerance_s!r} ms keeps no fit, not even the best: "
+                         f"give 0 (the best alone) or more")
+    return t
+
+
+def _near(cases, figs, best, tolerance_s):
+    """Per reader, the fits (platform and the reader's costs) whose stall RMS over the
+    reader's runs is within ``tolerance_s`` of the best fit's (``best``: reader -> (platform,
+    params)); the best first, then by RMS, at most MAX_NEAR."""
+    sq, n = {}, {}
+    for case, f in zip(cases, figs):
+        w = case.workload
+        key = (w.label, case.platform, tuple(sorted(case.params.items())))
+        sq[key] = sq.get(key, 0.0) + (f["stall_max_s"] - w.measured["stall_max_s"]) ** 2
+        n[key] = n.get(key, 0) + 1
+    runs = {}
+    for c in cases:
+        runs.setdefault(c.workload.label, set()).add(c.workload.name)
+    out = {}
+    for r, (plat, params) in best.items():
+        rms = {k: math.sqrt(sq[k] / n[k]) for k in sq if k[0] == r and n[k] == len(runs[r])}
+        top = (r, plat, tuple(sorted(params.items())))
+        keep = sorted(((v, k) for k, v in rms.items()
+                       if k != top and v <= rms[top] + tolerance_s + 1e-12),
+                      key=lambda vk: vk[0])
+        out[r] = [{"platform": plat, "params": dict(params), "rms_s": rms[top]}] + [
+            {"platform": k[1], "params": dict(k[2]), "rms_s": v}
+            for v, k in keep[:MAX_NEAR - 1]]
+    return out
+
+
+def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None):
     """Fit latency, bandwidth, the node client's requests at once, the node's run queue, each
     reader's CPU per sample and per byte, and the naive window on ``workloads``; a
-    :class:`Fit` with the residual of every run."""
+    :class:`Fit` with the residual of every run, and per reader the fits within
+    ``tolerance_s`` (seconds of stall RMS) of the best (``label``: progress lines under it)."""
+    tolerance_s = check_tolerance(tolerance_s)
     if not workloads:
         raise HpcioError("nothing to calibrate on")
     for w in workloads:
@@ -193,11 +245,12 @@ def calibrate(workloads, platform):
     # the storage, each reader with its best CPU per sample
     cases = [Case(platform.with_storage(platform.latency_s * lx, platform.server_bps * bx,
                                         client_threads=ct), w,
-                  {"cpu_s": cpu, "window": window[w.label]})
+                  {"cpu_s": cpu, "window": window[w.label], "cpu_s_per_byte": 0.0})
              for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS for cpu in CPU_S
              for w in workloads]
-    storage, cpu = _best(cases, run_cases(cases), lambda c: c.platform,
-                         lambda c: c.params["cpu_s"])
+    first = run_cases(cases, label and f"{label}, storage")
+    storage, cpu = _best(cases, first, lambda c: c.platform, lambda c: c.params["cpu_s"])
+    grid, grid_figs = cases, first
     # then the node's run queue on that storage, each reader's CPU split between a cost per
     # sample (paid on a cache hit too) and one per byte the storage sends (its file-system
     # client's and the kernel's work, not paid on a hit): runs whose later steps hit the
@@ -208,7 +261,7 @@ def calibrate(workloads, platform):
                                        cpu_quantum_s=q), w,
                   {"cpu_s": s, "window": window[w.label], "cpu_s_per_byte": b})
              for q in QUANTA for w in workloads for s, b in split[w.label]]
-    figs = run_cases(cases)
+    figs = run_cases(cases, label and f"{label}, run queue and CPU split")
     costs = lambda c: (c.params["cpu_s"], c.params["cpu_s_per_byte"])  # noqa: E731
     fitted, split = _best(cases, figs, lambda c: c.platform, costs)
     fit = Fit(fitted, {r: {"cpu_s": split[r][0], "window": window[r],
@@ -223,4 +276,7 @@ def calibrate(workloads, platform):
                                   "measured_au_percent": w.measured["au_pct"],
                                   "simulated_au_percent": f["au_pct"],
                                   **errors_of(f, w.measured)})
+    best = {r: (fitted, fit.params[r]) for r in cpu}
+    fit.near = _near(grid + cases, grid_figs + figs, best, tolerance_s)
+    fit.tolerance_s = tolerance_s
     return fit
