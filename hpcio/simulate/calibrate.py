@@ -33,7 +33,7 @@ from .platform import barrier_rounds
 from .workload import NodeCache
 
 __all__ = ["Fit", "fit_window", "fit_exchange", "fit_barrier", "calibrate", "simulated_figures", "run_cases",
-           "errors_of", "TOLERANCE_S", "check_tolerance",
+           "errors_of", "TOLERANCE_S", "check_tolerance", "measured_cpu", "cpu_grid",
            "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S", "BYTE_CPU", "SAMPLE_SHARE", "QUANTA", "STALL_TARGET", "AU_TARGET", "miss"]
 
 FLOOR_S = 1e-3
@@ -187,6 +187,25 @@ def _best(cases, figs, key, value):
     return best, {r: min(v, key=v.get) for r, v in score[best].items()}
 
 
+def measured_cpu(workloads):
+    """Per reader, the CPU per sample its runs measured (the ranks' process CPU, getrusage
+    user + system, per record: the median over its runs), where they did: the floor of its
+    CPU per sample, which a cache hit costs too (the step loop's and the decode's work in
+    the rank); what the calibration fits is the rest (the file-system client's per MiB,
+    work outside the rank's process)."""
+    got = {}
+    for w in workloads:
+        if math.isfinite(w.cpu_s_per_sample):
+            got.setdefault(w.label, []).append(w.cpu_s_per_sample)
+    return {r: float(np.median(v)) for r, v in got.items()}
+
+
+def cpu_grid(floor):
+    """The CPU per sample values tried: :data:`CPU_S` at or above ``floor``, and
+    ``floor`` itself."""
+    return sorted({max(c, floor) for c in CPU_S})
+
+
 def check_tolerance(tolerance_s):
     """``tolerance_s`` as a float, or HpcioError in one line when it keeps no fit."""
     try:
@@ -241,13 +260,14 @@ def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None):
     window = {r: fit_window([w for w in workloads if w.label == r], platform)
               if kinds[r] == "demand" else None for r in kinds}
     platform = fit_barrier(workloads, fit_exchange(workloads, platform))
+    floor = measured_cpu(workloads)
 
     # the storage, each reader with its best CPU per sample
     cases = [Case(platform.with_storage(platform.latency_s * lx, platform.server_bps * bx,
                                         client_threads=ct), w,
                   {"cpu_s": cpu, "window": window[w.label], "cpu_s_per_byte": 0.0})
-             for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS for cpu in CPU_S
-             for w in workloads]
+             for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS
+             for w in workloads for cpu in cpu_grid(floor.get(w.label, 0.0))]
     first = run_cases(cases, label and f"{label}, storage")
     storage, cpu = _best(cases, first, lambda c: c.platform, lambda c: c.params["cpu_s"])
     grid, grid_figs = cases, first
@@ -255,8 +275,8 @@ def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None):
     # sample (paid on a cache hit too) and one per byte the storage sends (its file-system
     # client's and the kernel's work, not paid on a hit): runs whose later steps hit the
     # node's cache tell the two apart
-    split = {r: sorted({(c * k, b) for k in SAMPLE_SHARE for b in BYTE_CPU})
-             for r, c in cpu.items()}
+    split = {r: sorted({(max(c * k, floor.get(r, 0.0)), b) for k in SAMPLE_SHARE
+                        for b in BYTE_CPU}) for r, c in cpu.items()}
     cases = [Case(storage.with_storage(storage.latency_s, storage.server_bps,
                                        cpu_quantum_s=q), w,
                   {"cpu_s": s, "window": window[w.label], "cpu_s_per_byte": b})
