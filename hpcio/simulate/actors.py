@@ -154,7 +154,8 @@ class Ranks:
 
     def _prefetch_rank(self, a):
         """A prefetching reader: an I/O thread keeps ``w.prefetch`` requests in flight,
-        each covering whole steps; the step waits for its bytes."""
+        each covering whole steps, and spends the reader's CPU for their samples beside
+        the step (on the node's cores); the step waits for its bytes."""
         sg, w = self.sg, self.w
         host = self.hosts[self.on[a]]
         requests = self.pattern(w, self.p, self.case.params,
@@ -166,8 +167,6 @@ class Ranks:
         for s in range(w.steps):
             t0 = sg.Engine.clock
             ready.acquire()
-            if self.cpu:
-                self.runq[self.on[a]](self.cpu * self.members[a])
             if s in ends:
                 slots.release()
             self._finish(a, s, t0, sg.Engine.clock - t0)
@@ -180,6 +179,8 @@ class Ranks:
         for last, parts in requests:
             slots.acquire()
             self._request(a, host, parts, 1)
+            if self.cpu:    # the reader's CPU for the steps it brought in, on its thread
+                self.runq[self.on[a]](self.cpu * self.members[a] * (last + 1 - first))
             out["requests"] += self.members[a]
             out["bytes"] += sum(n for _, n in parts)
             for j, n in parts:

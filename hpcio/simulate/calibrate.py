@@ -20,7 +20,7 @@ them apart, so a prediction that differs between them is only as sure as that sp
 """
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Dict, List
 
 import numpy as np
@@ -28,6 +28,7 @@ import numpy as np
 from ..explain.runs import Run
 from ..explain.tables import run_figures
 from ..errors import HpcioError
+from . import engine
 from .engine import Case, simulate
 from .platform import barrier_rounds
 from .workload import NodeCache
@@ -82,23 +83,46 @@ def simulated_figures(case, out):
     return run_figures(run)
 
 
+#: figures of the cases simulated in this process, by what defines a case: a held-out
+#: calibration and a prediction's ranges ask again for many a case the calibration ran
+_DONE = {}
+_DONE_MAX = 50_000
+
+
+def _key(case):
+    w = case.workload
+    return (engine.MAX_ACTORS, engine.AGGREGATE_ABOVE, case.platform, tuple(getattr(w, f.name) for f in fields(w) if f.name != "measured"),
+            tuple(sorted(case.params.items())))
+
+
 def run_cases(cases, label=None):
-    """Simulate ``cases``; their figures, with how many requests and whether aggregated
-    (``label``: a progress line under it while they run)."""
-    outs = simulate(cases, label)
-    res = []
-    for case, out in zip(cases, outs):
-        f = simulated_figures(case, out)
-        f["requests"] = out["requests"]
-        f["aggregated"] = out["aggregated"] or out["group"] > 1
-        f["group"] = out["group"]
-        f["storage_bytes"] = out["bytes"]
-        f["storage_bps"] = out["bytes"] / out["end_s"] if out["end_s"] else 0.0
-        # the busiest server's share of its bandwidth over the run
-        f["server_utilisation"] = float(out["server_bytes"].max()) / out["end_s"] / \
-            case.platform.server_bps if out["end_s"] else 0.0
-        res.append(f)
-    return res
+    """Simulate ``cases`` (each once: one simulated before in this process is not run
+    again, the simulation being deterministic); their figures, with how many requests and
+    whether aggregated (``label``: a progress line under it while they run)."""
+    keys = [_key(c) for c in cases]
+    todo = {}
+    for k, c in zip(keys, cases):
+        if k not in _DONE:
+            todo.setdefault(k, c)
+    outs = simulate(list(todo.values()), label) if todo else []
+    if len(_DONE) + len(todo) > _DONE_MAX:
+        _DONE.clear()
+    for k, case, out in zip(todo, todo.values(), outs):
+        _DONE[k] = _figures(case, out)
+    return [_DONE[k] for k in keys]
+
+
+def _figures(case, out):
+    f = simulated_figures(case, out)
+    f["requests"] = out["requests"]
+    f["aggregated"] = out["aggregated"] or out["group"] > 1
+    f["group"] = out["group"]
+    f["storage_bytes"] = out["bytes"]
+    f["storage_bps"] = out["bytes"] / out["end_s"] if out["end_s"] else 0.0
+    # the busiest server's share of its bandwidth over the run
+    f["server_utilisation"] = float(out["server_bytes"].max()) / out["end_s"] / \
+        case.platform.server_bps if out["end_s"] else 0.0
+    return f
 
 
 def _rel(sim, meas):
@@ -222,12 +246,13 @@ def _near(cases, figs, best, tolerance_s):
     """Per reader, the fits (platform and the reader's costs) whose stall RMS over the
     reader's runs is within ``tolerance_s`` of the best fit's (``best``: reader -> (platform,
     params)); the best first, then by RMS, at most MAX_NEAR."""
-    sq, n = {}, {}
+    each = {}   # fit -> {run: squared stall miss} (the two grids may share a case)
     for case, f in zip(cases, figs):
         w = case.workload
         key = (w.label, case.platform, tuple(sorted(case.params.items())))
-        sq[key] = sq.get(key, 0.0) + (f["stall_max_s"] - w.measured["stall_max_s"]) ** 2
-        n[key] = n.get(key, 0) + 1
+        each.setdefault(key, {})[w.name] = (f["stall_max_s"] - w.measured["stall_max_s"]) ** 2
+    sq = {k: sum(v.values()) for k, v in each.items()}
+    n = {k: len(v) for k, v in each.items()}
     runs = {}
     for c in cases:
         runs.setdefault(c.workload.label, set()).add(c.workload.name)

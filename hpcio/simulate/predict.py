@@ -16,7 +16,8 @@ from .engine import Case
 from .workload import median_of_repeats, workload_from_run
 
 __all__ = ["workloads", "fit_line", "held_out", "templates", "check_scale", "simulate_points",
-           "supported", "dominant", "point", "spread", "WIDE"]
+           "supported", "dominant", "point", "spread", "WIDE", "check_one_workload",
+           "near_line"]
 
 WIDE = 0.25     # a point's stall range wider than +-25% of its best fit's names a run to make
 
@@ -26,11 +27,24 @@ def workloads(paths):
     dirs, problems, _ = expand(paths)
     if problems:
         raise HpcioError(problems[0])
-    ws = median_of_repeats([workload_from_run(d) for d, _ in dirs])
-    datasets = {w.dataset for w in ws}
-    if len(datasets) > 1:
-        raise HpcioError(f"runs of different datasets mixed: {' | '.join(sorted(datasets))}")
-    return ws
+    each = [workload_from_run(d) for d, _ in dirs]
+    check_one_workload(each)
+    return median_of_repeats(each)
+
+
+#: what makes runs one workload, so one calibration fits them: (what, its value of a run)
+WORKLOAD = (("dataset", lambda w: w.dataset), ("batch", lambda w: w.batch),
+            ("cache", lambda w: "cold" if w.cold else "warm"))
+
+
+def check_one_workload(ws):
+    """HpcioError naming the first run whose workload (:data:`WORKLOAD`) is not the first
+    run's: a calibration fits one workload's runs, not a mixture."""
+    for w in ws[1:]:
+        for what, of in WORKLOAD:
+            if of(w) != of(ws[0]):
+                raise HpcioError(f"{w.name}: runs of mixed workloads: its {what} is {of(w)}, "
+                                 f"{ws[0].name}'s {of(ws[0])} (give runs of one workload)")
 
 
 def fit_line(fit):
@@ -254,6 +268,13 @@ def point(reader, case, f, platform, measured_max, validated):
             "step_s": step, "steps": w.steps, "requests": f["requests"],
             "aggregated": f["aggregated"], "group": f["group"],
             "dominant": dominant(f, w, platform, step),
+            # the mechanism of synchronous steps, as the runs' summary.json names it: the
+            # barrier's own cost per step, and the client's CPU per sample (its cost per
+            # sample, and per byte the storage sent, over the records delivered)
+            "barrier_s_per_step": f["barrier_s"] if np.isfinite(f["barrier_s"]) else None,
+            "cpu_s_per_sample": case.params.get("cpu_s", 0.0)
+            + case.params.get("cpu_s_per_byte", 0.0) * f["storage_bytes"]
+            / max(f["records"], 1.0),
             "extrapolated": w.ranks > measured_max, "validated": validated}
 
 
@@ -277,6 +298,13 @@ def _bearers(fit, template, near, probe_ranks, steps, records, label):
     other at ``probe_ranks`` (twice the largest run: the first count past the runs),
     either may be the best: they bear the range at every point (simulating every
     near-equal fit at every point would multiply a prediction's time by their number)."""
+    if len({id(n["platform"]) for n in near}) == 1 or \
+            all(n["platform"] == near[0]["platform"] for n in near):
+        # one platform (a described one, with a calibration's reader costs): the fits
+        # differ in CPU alone, and the more CPU per sample the more stall
+        cpu = np.array([n["params"]["cpu_s"] + n["params"].get("cpu_s_per_byte", 0.0)
+                        * template.record_bytes for n in near])
+        return [near[k] for k in sorted({int(cpu.argmin()), int(cpu.argmax())})]
     w = template.at(probe_ranks, steps, records)
     figs = run_cases([Case(n["platform"].fit_ranks(probe_ranks), w, n["params"])
                       for n in near], label and f"{label}, near-equal fits at P={probe_ranks}")
@@ -286,13 +314,13 @@ def _bearers(fit, template, near, probe_ranks, steps, records, label):
 
 def _extra_run(fit, template, ran_counts, bearers, label):
     """The run that would narrow a reader's range most: of the rank counts the runs'
-    platform holds and no run made, the other cache state and records 4x larger or
+    platform holds and no run made (up to 4x the largest run's), the other cache state and records 4x larger or
     smaller (at the template's ranks), the one whose simulated stall differs most between
     the fits bearing the range; (what to run, the two stalls) or None."""
     if len(bearers) < 2:
         return None
     n, counts = 1, []
-    while n <= fit.platform.max_ranks:
+    while n <= min(fit.platform.max_ranks, 4 * max(ran_counts | {template.ranks})):
         if n not in ran_counts and n * template.batch <= template.records:
             counts.append(n)
         n *= 2
@@ -321,7 +349,8 @@ def spread(fit, first, ranks, steps, records, points, supported_, threshold, run
     samples/s as the best fit and the two fits that disagree most simulate it
     (``*_lo``/``*_hi``, ``half_width_rel`` of the stall), the accelerators supported as
     each of them counts them, and per reader whose range is wider than +-WIDE at some
-    point, the run that would narrow it most (``{reader: {...}}``, returned)."""
+    point, the run that would narrow it most (``{reader: {...}}``, returned; only for
+    a fit calibrated here, on the platform the runs were made on)."""
     ran = {(w.case, w.ranks): w for w in runs}
     measured_max = max(w.ranks for w in first.values() if w.measured is not None)
     by = {}
@@ -365,7 +394,7 @@ def spread(fit, first, ranks, steps, records, points, supported_, threshold, run
         known = [c for c in counts if c is not None]
         supported_[r].update(ranks_lo=None if None in counts else min(known),
                              ranks_hi=max(known) if known else None)
-        if any(p["half_width_rel"] > WIDE for p in mine):
+        if fit.residuals and any(p["half_width_rel"] > WIDE for p in mine):
             extra[r] = _extra_run(fit, template, {n for (c, n) in ran if c == r}, extremes,
                                   label)
     return extra
