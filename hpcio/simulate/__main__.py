@@ -10,12 +10,12 @@ from ..errors import HpcioError, guard
 from ..explain.prediction import FILES, is_prediction, write_prediction
 from ..outputs import claim_dir, claim_file
 from ..plan import SHUFFLES
-from .calibrate import TOLERANCE_S, Fit, calibrate, check_tolerance
-from .calibration import is_calibration, load_readers, write_calibration
+from .calibrate import TOLERANCE_S, calibrate, check_tolerance
+from .calibration import is_calibration, write_calibration
 from .engine import AGGREGATE_ABOVE
 from .platform import load_platform, platform_dict
-from .predict import (WIDE, check_scale, fit_line, held_out, near_line, simulate_points,
-                      spread, templates, workloads)
+from .predict import (WIDE, check_scale, fit_from_calibration, fit_line, held_out, near_line,
+                      simulate_points, spread, templates, workloads)
 
 __all__ = ["main", "build_parser"]
 
@@ -86,13 +86,10 @@ def _fitted(args, platform, ws):
     """(fit, its line, the held-out check or None): fitted to the runs, or the readers'
     costs from ``--readers`` on the platform as described; the validation printed."""
     if args.reader_costs:
-        params, where = load_readers(args.reader_costs)
-        missing = sorted({w.label for w in ws} - set(params))
+        fit, where = fit_from_calibration(platform, args.reader_costs)
+        missing = sorted({w.label for w in ws} - set(fit.params))
         if missing:
             raise HpcioError(f"{args.reader_costs}: no fitted costs for {', '.join(missing)}")
-        fit = Fit(platform, {r: v["best"] for r, v in params.items()},
-                  near={r: [{"platform": platform, "params": c} for c in v["near"]]
-                        for r, v in params.items()})
         print(f"readers' costs from {args.reader_costs} (calibrated on {len(where)} runs); "
               f"{platform.name}'s storage as its file describes it, not fitted")
         fit_text = fit_line(fit).replace("fitted", f"used (from {args.reader_costs})")

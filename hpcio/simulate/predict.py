@@ -11,13 +11,15 @@ from ..errors import HpcioError
 from ..explain.accelerators import bracket
 from ..explain.runs import expand
 from ..measure import probes
-from .calibrate import FLOOR_S, STALL_TARGET, TOLERANCE_S, calibrate, errors_of, run_cases
+from .calibrate import Fit, FLOOR_S, STALL_TARGET, TOLERANCE_S, calibrate, errors_of, run_cases
+from .calibration import load_readers
 from .engine import Case
+from .platform import load_platform
 from .workload import median_of_repeats, workload_from_run
 
 __all__ = ["workloads", "fit_line", "held_out", "templates", "check_scale", "simulate_points",
            "supported", "dominant", "point", "spread", "WIDE", "check_one_workload",
-           "near_line"]
+           "near_line", "fit_from_calibration", "predict_platform"]
 
 WIDE = 0.25     # a point's stall range wider than +-25% of its best fit's names a run to make
 
@@ -398,3 +400,40 @@ def spread(fit, first, ranks, steps, records, points, supported_, threshold, run
             extra[r] = _extra_run(fit, template, {n for (c, n) in ran if c == r}, extremes,
                                   label)
     return extra
+
+
+def fit_from_calibration(platform, path):
+    """(a :class:`~.calibrate.Fit` of ``platform`` as described, its storage not fitted, with
+    each reader's costs from calibration file ``path`` (``calibrate -o``) and the
+    near-equal fits' costs beside them, the run directories it was calibrated on)."""
+    params, where = load_readers(path)
+    fit = Fit(platform, {r: v["best"] for r, v in params.items()},
+              near={r: [{"platform": platform, "params": c} for c in v["near"]]
+                    for r, v in params.items()})
+    return fit, where
+
+
+def predict_platform(platform, calibration, runs, ranks, steps=None, records=None,
+                     threshold=90.0, scale_out=True, also=(), label=None):
+    """A described platform predicted in one call, as ``predict --reader-costs`` does:
+    ``platform`` (a YAML path or a :class:`~.platform.Platform`), ``calibration`` (a
+    ``calibrate -o`` file), ``runs`` (run or sweep directories: the workload's templates),
+    ``ranks`` (the counts to predict). Returns {"fit": its line, "points": [one dict per
+    reader and count, as prediction.json's, with the near-equal fits' range],
+    "accelerators_supported": {reader: {"ranks", "ranks_lo", "ranks_hi", ...}},
+    "narrowing_runs": {}} (nothing validated: the storage is described, not measured)."""
+    if isinstance(platform, str):
+        platform = load_platform(platform)
+    ws = workloads(runs)
+    check_scale(ws, platform, ranks, records, scale_out)
+    first = templates(ws, list(also))
+    fit, _ = fit_from_calibration(platform, calibration)
+    missing = sorted({_costs_key(fit, w) for w in first.values()} - set(fit.params))
+    if missing:
+        raise HpcioError(f"{calibration}: no fitted costs for {', '.join(missing)}")
+    points, sup = simulate_points(fit, first, sorted(ranks), steps, records, False, threshold,
+                                  ws, label)
+    extra = spread(fit, first, sorted(ranks), steps, records, points, sup, threshold, ws,
+                   label)
+    return {"fit": fit_line(fit), "points": points, "accelerators_supported": sup,
+            "narrowing_runs": extra}

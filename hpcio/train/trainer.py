@@ -54,7 +54,7 @@ from ..measure.sampler import Sampler
 from ..measure.schema import Invalid
 from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
 from ..measure.trace import TraceWriter
-from ..mpiutil import finalize, idle_barrier, on_root
+from ..mpiutil import finalize, idle_barrier, least_over_ranks, on_root
 from ..plan import make_plan
 from ..progress import Progress
 from ..readers import READERS, check_dataset, make_reader
@@ -733,13 +733,10 @@ def barrier_per_step(comm, arrays):
     at one): per step the least straggler wait over ranks (the rank arriving last waits
     only for the barrier itself), the median over steps, each epoch's first left out. A
     collective: every rank calls it, with the steps it logged (the least count taken)."""
-    from mpi4py import MPI  # mpi4py: importing it starts MPI (already started here)
-    wait = np.ascontiguousarray(arrays["straggler_wait"], dtype=np.float64)
-    n = comm.allreduce(len(wait), op=MPI.MIN)
-    least = np.empty(n) if comm.rank == 0 else None
-    comm.Reduce(wait[:n].copy(), least, op=MPI.MIN, root=0)
+    least = least_over_ranks(comm, arrays["straggler_wait"])
     if comm.rank != 0:
         return None
+    n = len(least)
     keep = np.asarray(arrays["step"][:n]) > 0
     if not n or not keep.any() or not np.asarray(arrays["straggler_wait"]).any():
         return None
