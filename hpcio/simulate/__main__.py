@@ -195,10 +195,9 @@ def build_parser():
     c.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP",
                    help="run directories, sweep directories, or directories of runs")
     c.add_argument("--platform", required=True, help="platform YAML the runs ran on")
-    c.add_argument("--tolerance", type=_tolerance, default=TOLERANCE_S, metavar="MS",
-                   help="keep every fit whose stall/step RMS over a reader's runs is within "
-                        "MS ms of the best's; predictions carry their range (default "
-                        f"{TOLERANCE_S * 1e3:g})")
+    c.add_argument("--tolerance", type=_tolerance, default=f"{TOLERANCE_S * 1e3:g}",
+                   metavar="MS", help="keep every fit whose stall/step RMS over a reader's "
+                   "runs is within MS ms of the best's; predictions carry their range")
     c.add_argument("-o", "--output", help="write the fitted platform YAML here")
     c.add_argument("--force", action="store_true",
                    help="replace an existing -o file that is not an earlier calibration")
@@ -222,10 +221,9 @@ def build_parser():
                         "and the platform's storage as described, fitting nothing")
     add_renamed(p, "--readers", "--reader-costs", ": --readers names reader specs in "
                 "hpcio.bench", dest="reader_costs", metavar="CALIBRATION.yaml")
-    p.add_argument("--tolerance", type=_tolerance, default=TOLERANCE_S, metavar="MS",
-                   help="keep every fit whose stall/step RMS over a reader's runs is within "
-                        "MS ms of the best's; predictions carry their range (default "
-                        f"{TOLERANCE_S * 1e3:g})")
+    p.add_argument("--tolerance", type=_tolerance, default=f"{TOLERANCE_S * 1e3:g}",
+                   metavar="MS", help="keep every fit whose stall/step RMS over a reader's "
+                   "runs is within MS ms of the best's; predictions carry their range")
     p.add_argument("--au-threshold", type=au_percent, default=90.0, metavar="PERCENT",
                    help="AU the accelerators-supported count keeps (MLPerf Storage: 90 for "
                         "resnet50 and unet3d, 70 for cosmoflow)")
