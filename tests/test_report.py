@@ -332,10 +332,16 @@ def test_prediction_beside_the_runs(tmp_path, testbed_prediction):
     rows = _md_table(md, "| reader | P | stall ms/step (max rank)")
     assert len(rows) == len(points) == 8
     for row, pt in zip(rows, points):
+        # beside each figure the range of the near-equal fits; the client's CPU per
+        # sample (the runs' steps end in no barrier: no barrier column)
         assert row == [pt["reader"], str(pt["ranks"]), f"{1000 * pt['stall_s_per_step']:.2f}",
-                       f"{pt['au_percent']:.1f}", f"{pt['samples_per_s']:,.1f}",
+                       f"{1000 * pt['stall_s_lo']:.2f}-{1000 * pt['stall_s_hi']:.2f}",
+                       f"{pt['au_percent']:.1f}",
+                       f"{pt['au_percent_lo']:.1f}-{pt['au_percent_hi']:.1f}",
+                       f"{pt['samples_per_s']:,.1f}",
                        f"{pt['storage_mib_per_s']:,.1f}", str(pt["extrapolated"]),
-                       str(pt["validated"]), str(pt["simulated_back"])] + \
+                       str(pt["validated"]), f"{1000 * pt['cpu_s_per_sample']:.3f}",
+                       str(pt["simulated_back"])] + \
             ([pt["dominant"]] if "dominant" in pt else [])
         assert pt["extrapolated"] == (pt["ranks"] > 4) and pt["validated"]
         assert pt["simulated_back"] == (pt["ranks"] <= 4)

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from hpcio.errors import HpcioError
 from hpcio.plan import make_plan
 from hpcio.simulate.engine import INSTALL_HINT, Case, available
 from common.failure import one_line
@@ -245,7 +246,12 @@ def test_run_queue_and_reader_costs_in_their_files(tmp_path):
     cal.write_text("readers: {naive: {cpu_us_per_sample: 250, cpu_ms_per_mib: 4, "
                    "window_kib: 256}}\n")
     (got, _) = load_readers(str(cal))
-    assert got["naive"]["cpu_s_per_byte"] == pytest.approx(4e-3 / 2 ** 20)
+    assert got["naive"]["best"]["cpu_s_per_byte"] == pytest.approx(4e-3 / 2 ** 20)
+    assert got["naive"]["near"] == [got["naive"]["best"]]
+    cal.write_text("readers: {naive: {cpu_us_per_sample: 250, cpu_ms_per_mib: 4, "
+                   "window_kib: 256, near: [{cpu_us_per_sample: 500, cpu_ms_per_mib: 0}]}}\n")
+    (got, _) = load_readers(str(cal))
+    assert [c["cpu_s"] for c in got["naive"]["near"]] == pytest.approx([2.5e-4, 5e-4])
 
 
 @needs_simgrid
@@ -275,6 +281,7 @@ def test_grouped_ranks_share_bandwidth_as_ranks_do(monkeypatch):
     (["--also", "naive-cursor"], "a cursor walks keys in order: add :none"),
     (["--also", "memory"], "no run of reader memory to take it from"),
     (["--reader-costs", "/nonexistent/fit.yaml"], "cannot read the calibration"),
+    (["--tolerance", "-1"], "tolerance -1.0 ms keeps no fit, not even the best"),
 ])
 def test_bad_prediction_options_one_line(tmp_path, args, want):
     r = _simulate("predict", "--platform", TESTBED, "--from", FIXTURES[0], "--ranks", "1",
@@ -301,6 +308,22 @@ def test_calibration_carried_to_a_described_platform(tmp_path):
     pred = json.loads((tmp_path / "p" / "prediction.json").read_text())
     assert pred["platform"]["storage"]["servers"] == 274       # as described
     assert not any(p["validated"] for p in pred["points"])
+    # the near-equal fits' reader costs travel with the calibration: each point's range
+    # holds its best fit's figures
+    for p in pred["points"]:
+        assert p["stall_s_lo"] <= p["stall_s_per_step"] <= p["stall_s_hi"]
+        assert p["au_percent_lo"] <= p["au_percent"] <= p["au_percent_hi"]
+    assert "near-equal fits (stall/step RMS within 1 ms of the best's)" in r.stdout
+
+
+def test_runs_of_mixed_workloads_are_one_line_naming_the_run():
+    from dataclasses import replace
+    from hpcio.simulate.predict import check_one_workload
+    w = _workload()
+    check_one_workload([w, replace(w, name="same", ranks=2)])
+    with pytest.raises(HpcioError, match=r"^other: runs of mixed workloads: its batch is 32, "
+                                         r"w's 8 \(give runs of one workload\)$"):
+        check_one_workload([w, replace(w, name="other", batch=32)])
 
 
 def test_cold_runs_empty_the_node_cache_each_epoch():

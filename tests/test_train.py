@@ -294,6 +294,14 @@ def test_fast_rank_waits_for_the_slow_one_in_the_exchange(tmp_path, data, via):
                        ("exchange", "exchange_percent")):
         assert re.search(rf"\n    {label} +{m[key]:.1f}\b", p.stdout), p.stdout
     assert f"gradient exchange: {s['exchange']['what']}" in p.stdout
+    # the barrier's own cost (the least wait over ranks, step by step: the rank arriving
+    # last waits for the barrier alone) and the client's CPU per sample, their own rows
+    assert m["barrier_s_per_step"] == pytest.approx(float(np.median(waited.min(axis=0))))
+    assert 0 < m["client_cpu_s_per_sample"] < 0.1
+    assert re.search(rf"\n  barrier per step +{1000 * m['barrier_s_per_step']:.2f} ms",
+                     p.stdout), p.stdout
+    assert re.search(rf"\n  client CPU per sample +"
+                     rf"{1000 * m['client_cpu_s_per_sample']:.3f} ms", p.stdout), p.stdout
 
 
 def test_no_exchange_keeps_steps_independent(tmp_path, data):

@@ -49,15 +49,17 @@ class Prediction:
         return sorted({p["reader"] for p in self.points})
 
 
-def write_prediction(path, platform, fit, points, supported, simulated_back, held_out):
+def write_prediction(path, platform, fit, points, supported, simulated_back, held_out,
+                     **more):
     """Both files into directory ``path`` (made if need be), each atomically:
     ``platform`` (a platform's dict), ``fit`` (its line), the simulated ``points``,
     ``supported`` ({reader: accelerators supported}), the measured points simulated back
-    and the held-out check (None: nothing held out)."""
+    and the held-out check (None: nothing held out); ``more``: prediction.json's other
+    fields (the near-equal fits' tolerance, the runs that would narrow a range)."""
     os.makedirs(path, exist_ok=True)
     atomic_json(os.path.join(path, FILES["prediction"]), {
         "platform": platform, "fit": fit, "stall_s_per_step": STALL_DEFINITION,
-        "accelerators_supported": supported, "points": points})
+        "accelerators_supported": supported, "points": points, **more})
     atomic_json(os.path.join(path, FILES["validation"]),
                 {"simulated_back": simulated_back, "held_out": held_out})
 
@@ -141,6 +143,17 @@ def headline(pred):
             + "; ".join(parts) + ".")
 
 
+def _range(p, key, scale, fmt):
+    lo, hi = p.get(f"{key}_lo"), p.get(f"{key}_hi")
+    if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)):
+        return "-"
+    return f"{fmt.format(scale * lo)}-{fmt.format(scale * hi)}"
+
+
+def _ms(v):
+    return 1000 * v if isinstance(v, (int, float)) else float("nan")
+
+
 def prediction_table(pred):
     """The simulated points as a table; the CSV carries every field of prediction.json's
     points, the stall in seconds as there."""
@@ -149,11 +162,22 @@ def prediction_table(pred):
             ("au_percent", "AU %", "{:.1f}"), ("samples_per_s", "samples/s", "{:,.1f}"),
             ("storage_mib_per_s", "storage MiB/s", "{:,.1f}"),
             ("extrapolated", "extrapolated", "{}"), ("validated", "validated", "{}")]
+    if any("stall_s_lo" in p for p in pred.points):
+        cols.insert(3, ("stall_range", "near-equal fits' stall ms", "{}"))
+        cols.insert(5, ("au_range", "near-equal fits' AU %", "{}"))
+    if any(p.get("barrier_s_per_step") is not None for p in pred.points):
+        cols.append(("barrier_ms", "barrier ms/step (last rank's wait)", "{:.2f}"))
+    if any(p.get("cpu_s_per_sample") is not None for p in pred.points):
+        cols.append(("cpu_ms_per_sample", "client CPU ms/sample", "{:.3f}"))
     if any("simulated_back" in p for p in pred.points):
         cols.append(("simulated_back", "a run simulated back", "{}"))
     if any("dominant" in p for p in pred.points):
         cols.append(("dominant", "dominant", "{}"))
-    rows = [dict(p, stall_ms=1000 * p["stall_s_per_step"]) for p in pred.points]
+    rows = [dict(p, stall_ms=1000 * p["stall_s_per_step"],
+                 stall_range=_range(p, "stall_s", 1000, "{:.2f}"),
+                 au_range=_range(p, "au_percent", 1, "{:.1f}"),
+                 barrier_ms=_ms(p.get("barrier_s_per_step")),
+                 cpu_ms_per_sample=_ms(p.get("cpu_s_per_sample"))) for p in pred.points]
     return Table("table-prediction", "Simulated points (hpcio.simulate)", cols, rows,
                  note=f"From {pred.path}/prediction.json. Stall per step: "
                       f"{pred.definition or 'as prediction.json defines it'}. Extrapolated: "

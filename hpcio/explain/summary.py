@@ -91,6 +91,12 @@ def summarize(per_rank):
         "epoch_time_s_per_rank": et.tolist(),
         "au_percent_per_rank": (100.0 * au).tolist(),
         "au_percent_all_steps_per_rank": (100.0 * au_all).tolist(),
+        # the ranks' process CPU (getrusage user + system over the epochs) per sample
+        # delivered: the input pipeline's and the step loop's own (the model's too when it
+        # computes on the CPU); None where the ranks did not record it
+        "client_cpu_s_per_sample": (sum(r["cpu_s"] for r in per_rank)
+                                    / max(1, sum(m["records"] for m in every)))
+        if all(r.get("cpu_s") is not None for r in per_rank) else None,
     }
     s["per_epoch"] = []
     for e in range(nep):
@@ -145,6 +151,14 @@ def format_table(s, title=""):
          f"{s['slowest_rank']}) / {s['epoch_time_s_fastest']:.3f} s (rank "
          f"{s['fastest_rank']})" + (f" = {ratio:.2f}x" if ratio else "")),
     ]
+    if s.get("barrier_s_per_step") is not None:
+        rows.insert(-2, ("barrier per step",
+                         f"{1000 * s['barrier_s_per_step']:.2f} ms (what the last rank to "
+                         f"arrive still waits: the barrier's own cost, median over steps)"))
+    if s.get("client_cpu_s_per_sample") is not None:
+        rows.insert(-2, ("client CPU per sample",
+                         f"{1000 * s['client_cpu_s_per_sample']:.3f} ms (the ranks' process "
+                         f"CPU, user + system, per sample delivered)"))
     if s.get("first_bucket_wait_s_mean"):
         rows.insert(-2, ("first-bucket wait (in compute)",
                          f"{1000 * s['first_bucket_wait_s_mean']:.2f} ms per step (DDP: its "
@@ -154,14 +168,17 @@ def format_table(s, title=""):
     return "\n".join(lines)
 
 
-def run_summary(head, per_rank, title, tail=None, empty="no step completed"):
+def run_summary(head, per_rank, title, tail=None, empty="no step completed", more=None):
     """(summary.json's document, summary.txt's table) of a run, as ``hpcio.train`` writes
     them at its end and ``hpcio.results summarize`` from what the ranks flushed: the
     document is ``head`` (what the run was and how it ended, in order), ``metrics``
     (:func:`summarize` of ``per_rank``; None when ``per_rank`` is None or empty), then
     ``tail``; the table is :func:`format_table` of the figures under ``title`` (``title``
-    and ``empty`` without figures)."""
+    and ``empty`` without figures). ``more``: figures measured across ranks (the
+    barrier's cost per step), added to ``metrics``."""
     figures = summarize(per_rank) if per_rank else None
+    if figures is not None and more:
+        figures.update(more)
     doc = dict(head, metrics=figures)
     threshold = head.get("au_threshold_percent")
     if threshold is not None:     # MLPerf Storage's verdict: AU (its rule) >= threshold
@@ -175,7 +192,7 @@ def run_summary(head, per_rank, title, tail=None, empty="no step completed"):
     return doc, text
 
 
-SIDE_BY_SIDE_ROWS = [  # (label, summary.json metrics key, format)
+SIDE_BY_SIDE_ROWS = [  # (label, summary.json metrics key, format or a function of the value)
     ("samples/s", "samples_per_s", "{:,.1f}"),
     ("MiB/s", "mib_per_s", "{:,.2f}"),
     ("AU % every step", "au_percent_all_steps", "{:.1f}"),
@@ -186,6 +203,8 @@ SIDE_BY_SIDE_ROWS = [  # (label, summary.json metrics key, format)
     ("  prep %", "prep_percent", "{:.2f}"),
     ("straggler wait %", "straggler_wait_percent", "{:.2f}"),
     ("exchange %", "exchange_percent", "{:.2f}"),
+    ("barrier ms/step", "barrier_s_per_step", lambda v: f"{1000 * v:.2f}"),
+    ("client CPU ms/sample", "client_cpu_s_per_sample", lambda v: f"{1000 * v:.3f}"),
     ("compute %", "compute_percent", "{:.1f}"),
     ("epoch s, slowest rank", "epoch_s_mean", "{:.3f}"),
     ("all epochs s, slowest", "epoch_time_s_slowest", "{:.3f}"),
@@ -202,6 +221,7 @@ def side_by_side(summaries):
         cells = []
         for n in names:
             v = summaries[n]["metrics"].get(key)
-            cells.append(("-" if v is None else fmt.format(v)).rjust(width + 2))
+            text = "-" if v is None else fmt(v) if callable(fmt) else fmt.format(v)
+            cells.append(text.rjust(width + 2))
         lines.append(label.ljust(24) + "".join(cells))
     return "\n".join(lines)

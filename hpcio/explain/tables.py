@@ -140,7 +140,38 @@ def run_figures(run):
         "straggler_ratio": float(np.median(ratio)),
         "delivered_bytes": float(s["nbytes"].sum()),
         "records": float(s["records"].sum()),
+        "barrier_s": barrier_s(s["straggler_wait"], m),
+        "cpu_s_per_sample": cpu_per_sample(run.rank_info),
     }
+
+
+def barrier_s(wait, m):
+    """The step barrier's own cost: per steady step the least straggler wait over ranks
+    (the rank arriving last waits only for the barrier), the median over steps; NaN for
+    one rank or steps that never waited at one (hpcio.train's summary.json
+    ``barrier_s_per_step``, the same definition)."""
+    if wait.shape[0] < 2 or not wait.any() or not m.any():
+        return float("nan")
+    return float(np.median(wait[:, m].min(axis=0)))
+
+
+def cpu_per_sample(rank_info):
+    """The ranks' process CPU (getrusage user + system over their epochs, rank-R.json's
+    epochs' counters) per record they counted; NaN where a rank did not record it
+    (summary.json's ``client_cpu_s_per_sample``, the same definition)."""
+    cpu = records = 0.0
+    for i in rank_info:
+        eps = (i or {}).get("epochs") or []
+        if not eps:
+            return float("nan")
+        for e in eps:
+            c = e.get("counters") or {}
+            ru = c.get("rusage") or {}
+            if "utime" not in ru:
+                return float("nan")
+            cpu += ru["utime"] + ru.get("stime", 0.0)
+            records += (c.get("reader") or {}).get("records", 0)
+    return cpu / records if records else float("nan")
 
 
 def table_a(runs, figures):
@@ -166,6 +197,8 @@ def table_a(runs, figures):
             ("step_s_p95", "step s p95, steady", "{:.4f}"),
             ("stall_max_s", "stall/step max-rank s, steady", "{:.4f}"),
             ("stall_mean_s", "stall/step mean-rank s, steady", "{:.4f}"),
+            ("barrier_ms", "barrier ms/step (last rank's wait)", "{:.2f}"),
+            ("cpu_ms_per_sample", "client CPU ms/sample", "{:.3f}"),
             ("efficiency", "scaling eff.", "{:.2f}"), ("dataset", "dataset", "{}")]
     rows = []
     for (ds, reader, fmt, ranks), fs in sorted(groups.items()):
@@ -176,6 +209,8 @@ def table_a(runs, figures):
             row[k] = measured(v)
             if len(fs) > 1 and any(k == c[0] for c in cols):
                 row[f"{k}_min"], row[f"{k}_max"] = float(min(v)), float(max(v))
+        row["barrier_ms"] = 1000 * row.get("barrier_s", float("nan"))
+        row["cpu_ms_per_sample"] = 1000 * row.get("cpu_s_per_sample", float("nan"))
         rows.append(row)
     base = {}
     for row in rows:  # sorted by ranks within a series: the first is the smallest
@@ -193,7 +228,12 @@ def table_a(runs, figures):
                        "Stall per step: the mean over steady steps of the max (or mean) over "
                        "ranks. First-step wait: the longest wait for an epoch's first batch. "
                        "Scaling efficiency: samples/s per rank against the smallest rank "
-                       "count of the same reader and data. With repeats: median (min-max).")
+                       "count of the same reader and data. Barrier per step: the least "
+                       "straggler wait over ranks (the rank arriving last waits for the "
+                       "barrier alone), the median over steady steps: what synchronous steps "
+                       "cost however fast the storage. Client CPU per sample: the ranks' "
+                       "process CPU (getrusage user + system over their epochs) per record. "
+                       "With repeats: median (min-max).")
 
 
 # --- B ---------------------------------------------------------------------------------

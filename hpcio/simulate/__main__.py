@@ -10,12 +10,12 @@ from ..errors import HpcioError, guard
 from ..explain.prediction import FILES, is_prediction, write_prediction
 from ..outputs import claim_dir, claim_file
 from ..plan import SHUFFLES
-from .calibrate import Fit, calibrate
-from .calibration import is_calibration, load_readers, write_calibration
+from .calibrate import TOLERANCE_S, calibrate, check_tolerance
+from .calibration import is_calibration, write_calibration
 from .engine import AGGREGATE_ABOVE
 from .platform import load_platform, platform_dict
-from .predict import (check_scale, fit_line, held_out, simulate_points, templates,
-                      workloads)
+from .predict import (WIDE, check_scale, fit_from_calibration, fit_line, held_out, near_line,
+                      simulate_points, spread, templates, workloads)
 
 __all__ = ["main", "build_parser"]
 
@@ -30,23 +30,39 @@ def _ranks(text):
     return out
 
 
+def _tolerance(text):
+    try:
+        return check_tolerance(float(text)) * 1e-3
+    except (ValueError, HpcioError) as e:
+        raise argparse.ArgumentTypeError(str(e) if isinstance(e, HpcioError) else
+                                         f"not a number of ms: {text!r}")
+
+
 def _print_rows(title, rows):
     print(title)
+    ranged = any("simulated_stall_lo_s" in r for r in rows)
     print(f"  {'run':<34} {'P':>4} {'stall/step max-rank s':>22} {'err':>7} "
-          f"{'AU % meas/sim':>14} {'AU err':>7}")
+          f"{'AU % meas/sim':>14} {'AU err':>7}"
+          + ("  near-equal fits' stall s: range, +-%, measured inside" if ranged else ""))
     for r in rows:
+        more = ""
+        if "simulated_stall_lo_s" in r:
+            more = (f"  {r['simulated_stall_lo_s']:.4f}-{r['simulated_stall_hi_s']:.4f} "
+                    f"({r['near_fits']} fits), +-{100 * r['half_width_rel']:.0f}%, "
+                    f"{'inside' if r['inside'] else 'OUTSIDE'}")
         print(f"  {r['run']:<34} {r['ranks']:>4} {r['measured_stall_s']:>10.4f} /"
               f"{r['simulated_stall_s']:>9.4f} {100 * r['stall_err_rel']:>+6.0f}% "
               f"{r['measured_au_percent']:>6.1f}/{r['simulated_au_percent']:<6.1f} "
-              f"{r['au_err_points']:>+6.1f}")
+              f"{r['au_err_points']:>+6.1f}{more}")
 
 
 def _calibrate(args):
     if args.output:
         claim_file(args.output, "-o", is_calibration, args.force)
     platform = load_platform(args.platform)
-    fit = calibrate(workloads(args.runs), platform)
+    fit = calibrate(workloads(args.runs), platform, args.tolerance, "calibrate")
     print(fit_line(fit))
+    print(near_line(fit))
     _print_rows("residual per run (stall err relative, floor 1 ms; AU in points):",
                 fit.residuals)
     if args.output:
@@ -70,22 +86,23 @@ def _fitted(args, platform, ws):
     """(fit, its line, the held-out check or None): fitted to the runs, or the readers'
     costs from ``--readers`` on the platform as described; the validation printed."""
     if args.reader_costs:
-        params, where = load_readers(args.reader_costs)
-        missing = sorted({w.label for w in ws} - set(params))
+        fit, where = fit_from_calibration(platform, args.reader_costs)
+        missing = sorted({w.label for w in ws} - set(fit.params))
         if missing:
             raise HpcioError(f"{args.reader_costs}: no fitted costs for {', '.join(missing)}")
-        fit = Fit(platform, params)
         print(f"readers' costs from {args.reader_costs} (calibrated on {len(where)} runs); "
               f"{platform.name}'s storage as its file describes it, not fitted")
         fit_text = fit_line(fit).replace("fitted", f"used (from {args.reader_costs})")
         print(fit_text)
+        print(near_line(fit))
         print("validation: none on this platform; the predictions below are unvalidated")
         return fit, fit_text, None
-    fit = calibrate(ws, platform)
+    fit = calibrate(ws, platform, args.tolerance, "predict: calibrate")
     fit_text = fit_line(fit)
     print(fit_text)
+    print(near_line(fit))
     _print_rows("validation, measured points simulated back:", fit.residuals)
-    held, top = held_out(ws, platform)
+    held, top = held_out(ws, platform, args.tolerance, "predict: validate")
     if held is None:
         print(f"validation, held out: not possible (one rank count, {top}); the predictions "
               f"below are unvalidated")
@@ -95,10 +112,16 @@ def _fitted(args, platform, ws):
     return fit, fit_text, held
 
 
-def _print_points(platform, points, supported, threshold):
-    print(f"prediction on {platform.name} (stall/step max-rank as Table A):")
-    print(f"  {'reader':<20} {'P':>6} {'stall s':>9} {'AU %':>6} {'samples/s':>10} "
-          f"{'MiB/s':>8} {'busiest srv %':>11}  dominated by; note")
+def _between(p, key, fmt):
+    lo, hi = p.get(f"{key}_lo"), p.get(f"{key}_hi")
+    return "" if lo is None or hi == lo else f"{format(lo, fmt)}-{format(hi, fmt)}"
+
+
+def _print_points(platform, points, supported, threshold, extra):
+    print(f"prediction on {platform.name} (stall/step max-rank as Table A; the best fit, "
+          f"then the range of the near-equal fits):")
+    print(f"  {'reader':<20} {'P':>6} {'stall s':>9} {'range':>15} {'AU %':>6} {'range':>11} "
+          f"{'samples/s':>10} {'MiB/s':>8} {'busiest srv %':>11}  dominated by; note")
     for p in points:
         note = []
         if p["extrapolated"]:
@@ -110,14 +133,27 @@ def _print_points(platform, points, supported, threshold):
         elif p["aggregated"]:
             note.append(f"aggregated: >{AGGREGATE_ABOVE:,} requests, a rank's step is one "
                         f"request")
+        if p.get("half_width_rel", 0) > WIDE:
+            note.append(f"range wider than +-{100 * WIDE:.0f}%")
         print(f"  {p['reader']:<20} {p['ranks']:>6} {p['stall_s_per_step']:>9.4f} "
-              f"{p['au_percent']:>6.1f} {p['samples_per_s']:>10.1f} "
+              f"{_between(p, 'stall_s', '.4f'):>15} "
+              f"{p['au_percent']:>6.1f} {_between(p, 'au_percent', '.1f'):>11} "
+              f"{p['samples_per_s']:>10.1f} "
               f"{p['storage_mib_per_s']:>8.1f} {p['server_utilisation_percent']:>11.0f}  "
               f"{'; '.join([p['dominant']] + note)}")
     print(f"accelerators supported (the most ranks whose AU stays >= {threshold:g}%, "
           f"MLPerf Storage's rule):")
     for r, v in sorted(supported.items()):
         print(f"  {r:<20} {_supported_text(v)}")
+    for r, e in sorted(extra.items()):
+        if e is None:
+            print(f"{r}: its range is wider than +-{100 * WIDE:.0f}% at some point, and no "
+                  f"run that the fits bearing it would simulate differently was found")
+        else:
+            print(f"{r}: its range is wider than +-{100 * WIDE:.0f}% at some point; the run "
+                  f"that would narrow it most: {e['run']} (the near-equal fits simulate "
+                  f"{e['stall_s_lo'] * 1e3:.1f} to {e['stall_s_hi'] * 1e3:.1f} ms of stall "
+                  f"per step there)")
 
 
 def _predict(args):
@@ -129,10 +165,14 @@ def _predict(args):
     first = templates(ws, args.also or [])
     fit, fit_text, held = _fitted(args, platform, ws)
     points, supported = simulate_points(fit, first, args.ranks, args.steps, args.records,
-                                        held is not None, args.au_threshold, ws)
-    _print_points(platform, points, supported, args.au_threshold)
+                                        held is not None, args.au_threshold, ws,
+                                        "predict: points")
+    extra = spread(fit, first, args.ranks, args.steps, args.records, points, supported,
+                   args.au_threshold, ws, "predict: ranges")
+    _print_points(platform, points, supported, args.au_threshold, extra)
     write_prediction(args.output, platform_dict(fit.platform), fit_text, points, supported,
-                     fit.residuals, held)
+                     fit.residuals, held, narrowing_runs=extra,
+                     tolerance_ms=fit.tolerance_s * 1e3)
     print(f"wrote {args.output}/{FILES['prediction']} and {FILES['validation']}")
     return 0
 
@@ -141,6 +181,9 @@ def _supported_text(v):
     if v["ranks"] is None:
         return f"none: AU below the threshold already at {v['below_at']} ranks"
     more = " or more (AU still above at the largest asked)" if v["at_least"] else ""
+    lo, hi = v.get("ranks_lo", v["ranks"]), v.get("ranks_hi", v["ranks"])
+    if (lo, hi) != (v["ranks"], v["ranks"]):
+        more += f" (near-equal fits: {lo or 'none'} to {hi or 'none'})"
     return (f"{v['ranks']}{more}" + ("" if v["validated"] else ", unvalidated")
             + (", extrapolated" if v["extrapolated"] else ""))
 
@@ -152,6 +195,9 @@ def build_parser():
     c.add_argument("runs", nargs="+", metavar="RUN_OR_SWEEP",
                    help="run directories, sweep directories, or directories of runs")
     c.add_argument("--platform", required=True, help="platform YAML the runs ran on")
+    c.add_argument("--tolerance", type=_tolerance, default=f"{TOLERANCE_S * 1e3:g}",
+                   metavar="MS", help="keep every fit whose stall/step RMS over a reader's "
+                   "runs is within MS ms of the best's; predictions carry their range")
     c.add_argument("-o", "--output", help="write the fitted platform YAML here")
     c.add_argument("--force", action="store_true",
                    help="replace an existing -o file that is not an earlier calibration")
@@ -175,6 +221,9 @@ def build_parser():
                         "and the platform's storage as described, fitting nothing")
     add_renamed(p, "--readers", "--reader-costs", ": --readers names reader specs in "
                 "hpcio.bench", dest="reader_costs", metavar="CALIBRATION.yaml")
+    p.add_argument("--tolerance", type=_tolerance, default=f"{TOLERANCE_S * 1e3:g}",
+                   metavar="MS", help="keep every fit whose stall/step RMS over a reader's "
+                   "runs is within MS ms of the best's; predictions carry their range")
     p.add_argument("--au-threshold", type=au_percent, default=90.0, metavar="PERCENT",
                    help="AU the accelerators-supported count keeps (MLPerf Storage: 90 for "
                         "resnet50 and unet3d, 70 for cosmoflow)")

@@ -20,11 +20,13 @@ class Ranks:
     they fill ``out`` with per-actor, per-step :data:`COLUMNS` and the requests, bytes and
     bytes per server they issued."""
 
-    def __init__(self, sg, k, case, hosts, servers, plans, out, barrier, group, per_host):
+    def __init__(self, sg, k, case, hosts, servers, plans, out, barrier, group, per_host,
+                 tick=None):
         p, w = case.platform, case.workload
         self.sg, self.k, self.case, self.p, self.w = sg, k, case, p, w
         self.hosts, self.servers, self.plans, self.out = hosts, servers, plans, out
         self.barrier, self.group, self.per_host = barrier, group, per_host
+        self.tick = tick
         self.queues = [sg.Semaphore(p.server_threads) for _ in servers] \
             if p.server_threads else None
         self.kind, self.pattern = w.pattern
@@ -97,6 +99,8 @@ class Ranks:
         cols["wall"][a, s] = sg.Engine.clock - t0
         cols["records"][a, s] = w.batch * self.members[a]
         cols["nbytes"][a, s] = w.batch * self.members[a] * w.record_bytes
+        if a == 0 and self.tick is not None:
+            self.tick()
 
     def _demand_rank(self, a):
         """The trainer's loader fetches on demand, at most ``w.ahead`` batches ahead of
@@ -150,7 +154,8 @@ class Ranks:
 
     def _prefetch_rank(self, a):
         """A prefetching reader: an I/O thread keeps ``w.prefetch`` requests in flight,
-        each covering whole steps; the step waits for its bytes."""
+        each covering whole steps, and spends the reader's CPU for their samples beside
+        the step (on the node's cores); the step waits for its bytes."""
         sg, w = self.sg, self.w
         host = self.hosts[self.on[a]]
         requests = self.pattern(w, self.p, self.case.params,
@@ -162,8 +167,6 @@ class Ranks:
         for s in range(w.steps):
             t0 = sg.Engine.clock
             ready.acquire()
-            if self.cpu:
-                self.runq[self.on[a]](self.cpu * self.members[a])
             if s in ends:
                 slots.release()
             self._finish(a, s, t0, sg.Engine.clock - t0)
@@ -176,6 +179,8 @@ class Ranks:
         for last, parts in requests:
             slots.acquire()
             self._request(a, host, parts, 1)
+            if self.cpu:    # the reader's CPU for the steps it brought in, on its thread
+                self.runq[self.on[a]](self.cpu * self.members[a] * (last + 1 - first))
             out["requests"] += self.members[a]
             out["bytes"] += sum(n for _, n in parts)
             for j, n in parts:

@@ -11,10 +11,16 @@ bytes it reads, which a cache hit does not cost). The objective counts each run'
 validation's targets: Table A's stall/step max-rank in 15% of it or 1 ms, whichever is
 larger (a stall of 0.1 ms measured against 0.0 simulated is a hit, not an infinite miss),
 and AU in 3 points; squared and summed.
+
+Every fit the two grids tried is kept beside the best when its stall misses the reader's
+runs by no more than ``tolerance_s`` beyond the best's (the root mean square over the
+reader's runs of stall/step max-rank simulated minus measured, in seconds): the
+near-equal fits, whose spread a prediction carries (:mod:`.predict`). The runs cannot tell
+them apart, so a prediction that differs between them is only as sure as that spread.
 """
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Dict, List
 
 import numpy as np
@@ -22,12 +28,13 @@ import numpy as np
 from ..explain.runs import Run
 from ..explain.tables import run_figures
 from ..errors import HpcioError
+from . import engine
 from .engine import Case, simulate
 from .platform import barrier_rounds
 from .workload import NodeCache
 
 __all__ = ["Fit", "fit_window", "fit_exchange", "fit_barrier", "calibrate", "simulated_figures", "run_cases",
-           "errors_of",
+           "errors_of", "TOLERANCE_S", "check_tolerance", "measured_cpu", "cpu_grid",
            "FLOOR_S", "LATENCY_X", "BANDWIDTH_X", "CPU_S", "BYTE_CPU", "SAMPLE_SHARE", "QUANTA", "STALL_TARGET", "AU_TARGET", "miss"]
 
 FLOOR_S = 1e-3
@@ -39,6 +46,8 @@ BYTE_CPU = tuple(v * 1e-3 / 2 ** 20 for v in (0, 1, 2, 4, 8))  # s per byte (ms 
 SAMPLE_SHARE = (0.5, 0.75, 1.0)        # of the CPU per sample, kept beside a cost per byte
 QUANTA = (0.0, 1.5e-3, 4e-3, 8e-3)     # the node's run queue: fluid, or bursts of so long
 STALL_TARGET, AU_TARGET = 0.15, 3.0   # the validation's targets (stall: or FLOOR_S)
+TOLERANCE_S = 1e-3                    # near-equal fits: stall RMS within 1 ms of the best's
+MAX_NEAR = 32                         # near-equal fits kept per reader, the closest first
 WINDOWS = tuple(int(2 ** (k / 2)) for k in range(32, 44))   # 64 KiB .. 2.8 MiB
 
 
@@ -49,6 +58,9 @@ class Fit:
     residuals: List[dict] = field(default_factory=list)
     # workload name -> (Case, figures): each run as the validation simulated it back
     simulated: Dict[str, tuple] = field(default_factory=dict)
+    # reader -> the near-equal fits, the best first: [{"platform", "params", "rms_s"}]
+    near: Dict[str, list] = field(default_factory=dict)
+    tolerance_s: float = TOLERANCE_S
 
 
 def simulated_figures(case, out):
@@ -71,22 +83,46 @@ def simulated_figures(case, out):
     return run_figures(run)
 
 
-def run_cases(cases):
-    """Simulate ``cases``; their figures, with how many requests and whether aggregated."""
-    outs = simulate(cases)
-    res = []
-    for case, out in zip(cases, outs):
-        f = simulated_figures(case, out)
-        f["requests"] = out["requests"]
-        f["aggregated"] = out["aggregated"] or out["group"] > 1
-        f["group"] = out["group"]
-        f["storage_bytes"] = out["bytes"]
-        f["storage_bps"] = out["bytes"] / out["end_s"] if out["end_s"] else 0.0
-        # the busiest server's share of its bandwidth over the run
-        f["server_utilisation"] = float(out["server_bytes"].max()) / out["end_s"] / \
-            case.platform.server_bps if out["end_s"] else 0.0
-        res.append(f)
-    return res
+#: figures of the cases simulated in this process, by what defines a case: a held-out
+#: calibration and a prediction's ranges ask again for many a case the calibration ran
+_DONE = {}
+_DONE_MAX = 50_000
+
+
+def _key(case):
+    w = case.workload
+    return (engine.MAX_ACTORS, engine.AGGREGATE_ABOVE, case.platform, tuple(getattr(w, f.name) for f in fields(w) if f.name != "measured"),
+            tuple(sorted(case.params.items())))
+
+
+def run_cases(cases, label=None):
+    """Simulate ``cases`` (each once: one simulated before in this process is not run
+    again, the simulation being deterministic); their figures, with how many requests and
+    whether aggregated (``label``: a progress line under it while they run)."""
+    keys = [_key(c) for c in cases]
+    todo = {}
+    for k, c in zip(keys, cases):
+        if k not in _DONE:
+            todo.setdefault(k, c)
+    outs = simulate(list(todo.values()), label) if todo else []
+    if len(_DONE) + len(todo) > _DONE_MAX:
+        _DONE.clear()
+    for k, case, out in zip(todo, todo.values(), outs):
+        _DONE[k] = _figures(case, out)
+    return [_DONE[k] for k in keys]
+
+
+def _figures(case, out):
+    f = simulated_figures(case, out)
+    f["requests"] = out["requests"]
+    f["aggregated"] = out["aggregated"] or out["group"] > 1
+    f["group"] = out["group"]
+    f["storage_bytes"] = out["bytes"]
+    f["storage_bps"] = out["bytes"] / out["end_s"] if out["end_s"] else 0.0
+    # the busiest server's share of its bandwidth over the run
+    f["server_utilisation"] = float(out["server_bytes"].max()) / out["end_s"] / \
+        case.platform.server_bps if out["end_s"] else 0.0
+    return f
 
 
 def _rel(sim, meas):
@@ -175,10 +211,70 @@ def _best(cases, figs, key, value):
     return best, {r: min(v, key=v.get) for r, v in score[best].items()}
 
 
-def calibrate(workloads, platform):
+def measured_cpu(workloads):
+    """Per reader, the CPU per sample its runs measured (the ranks' process CPU, getrusage
+    user + system, per record: the median over its runs), where they did: the floor of its
+    CPU per sample, which a cache hit costs too (the step loop's and the decode's work in
+    the rank); what the calibration fits is the rest (the file-system client's per MiB,
+    work outside the rank's process)."""
+    got = {}
+    for w in workloads:
+        if math.isfinite(w.cpu_s_per_sample):
+            got.setdefault(w.label, []).append(w.cpu_s_per_sample)
+    return {r: float(np.median(v)) for r, v in got.items()}
+
+
+def cpu_grid(floor):
+    """The CPU per sample values tried: :data:`CPU_S` at or above ``floor``, and
+    ``floor`` itself."""
+    return sorted({max(c, floor) for c in CPU_S})
+
+
+def check_tolerance(tolerance_s):
+    """``tolerance_s`` as a float, or HpcioError in one line when it keeps no fit."""
+    try:
+        t = float(tolerance_s)
+    except (TypeError, ValueError):
+        t = float("nan")
+    if not math.isfinite(t) or t < 0:
+        raise HpcioError(f"tolerance {tolerance_s!r} ms keeps no fit, not even the best: "
+                         f"give 0 (the best alone) or more")
+    return t
+
+
+def _near(cases, figs, best, tolerance_s):
+    """Per reader, the fits (platform and the reader's costs) whose stall RMS over the
+    reader's runs is within ``tolerance_s`` of the best fit's (``best``: reader -> (platform,
+    params)); the best first, then by RMS, at most MAX_NEAR."""
+    each = {}   # fit -> {run: squared stall miss} (the two grids may share a case)
+    for case, f in zip(cases, figs):
+        w = case.workload
+        key = (w.label, case.platform, tuple(sorted(case.params.items())))
+        each.setdefault(key, {})[w.name] = (f["stall_max_s"] - w.measured["stall_max_s"]) ** 2
+    sq = {k: sum(v.values()) for k, v in each.items()}
+    n = {k: len(v) for k, v in each.items()}
+    runs = {}
+    for c in cases:
+        runs.setdefault(c.workload.label, set()).add(c.workload.name)
+    out = {}
+    for r, (plat, params) in best.items():
+        rms = {k: math.sqrt(sq[k] / n[k]) for k in sq if k[0] == r and n[k] == len(runs[r])}
+        top = (r, plat, tuple(sorted(params.items())))
+        keep = sorted(((v, k) for k, v in rms.items()
+                       if k != top and v <= rms[top] + tolerance_s + 1e-12),
+                      key=lambda vk: vk[0])
+        out[r] = [{"platform": plat, "params": dict(params), "rms_s": rms[top]}] + [
+            {"platform": k[1], "params": dict(k[2]), "rms_s": v}
+            for v, k in keep[:MAX_NEAR - 1]]
+    return out
+
+
+def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None):
     """Fit latency, bandwidth, the node client's requests at once, the node's run queue, each
     reader's CPU per sample and per byte, and the naive window on ``workloads``; a
-    :class:`Fit` with the residual of every run."""
+    :class:`Fit` with the residual of every run, and per reader the fits within
+    ``tolerance_s`` (seconds of stall RMS) of the best (``label``: progress lines under it)."""
+    tolerance_s = check_tolerance(tolerance_s)
     if not workloads:
         raise HpcioError("nothing to calibrate on")
     for w in workloads:
@@ -189,26 +285,28 @@ def calibrate(workloads, platform):
     window = {r: fit_window([w for w in workloads if w.label == r], platform)
               if kinds[r] == "demand" else None for r in kinds}
     platform = fit_barrier(workloads, fit_exchange(workloads, platform))
+    floor = measured_cpu(workloads)
 
     # the storage, each reader with its best CPU per sample
     cases = [Case(platform.with_storage(platform.latency_s * lx, platform.server_bps * bx,
                                         client_threads=ct), w,
-                  {"cpu_s": cpu, "window": window[w.label]})
-             for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS for cpu in CPU_S
-             for w in workloads]
-    storage, cpu = _best(cases, run_cases(cases), lambda c: c.platform,
-                         lambda c: c.params["cpu_s"])
+                  {"cpu_s": cpu, "window": window[w.label], "cpu_s_per_byte": 0.0})
+             for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS
+             for w in workloads for cpu in cpu_grid(floor.get(w.label, 0.0))]
+    first = run_cases(cases, label and f"{label}, storage")
+    storage, cpu = _best(cases, first, lambda c: c.platform, lambda c: c.params["cpu_s"])
+    grid, grid_figs = cases, first
     # then the node's run queue on that storage, each reader's CPU split between a cost per
     # sample (paid on a cache hit too) and one per byte the storage sends (its file-system
     # client's and the kernel's work, not paid on a hit): runs whose later steps hit the
     # node's cache tell the two apart
-    split = {r: sorted({(c * k, b) for k in SAMPLE_SHARE for b in BYTE_CPU})
-             for r, c in cpu.items()}
+    split = {r: sorted({(max(c * k, floor.get(r, 0.0)), b) for k in SAMPLE_SHARE
+                        for b in BYTE_CPU}) for r, c in cpu.items()}
     cases = [Case(storage.with_storage(storage.latency_s, storage.server_bps,
                                        cpu_quantum_s=q), w,
                   {"cpu_s": s, "window": window[w.label], "cpu_s_per_byte": b})
              for q in QUANTA for w in workloads for s, b in split[w.label]]
-    figs = run_cases(cases)
+    figs = run_cases(cases, label and f"{label}, run queue and CPU split")
     costs = lambda c: (c.params["cpu_s"], c.params["cpu_s_per_byte"])  # noqa: E731
     fitted, split = _best(cases, figs, lambda c: c.platform, costs)
     fit = Fit(fitted, {r: {"cpu_s": split[r][0], "window": window[r],
@@ -223,4 +321,7 @@ def calibrate(workloads, platform):
                                   "measured_au_percent": w.measured["au_pct"],
                                   "simulated_au_percent": f["au_pct"],
                                   **errors_of(f, w.measured)})
+    best = {r: (fitted, fit.params[r]) for r in cpu}
+    fit.near = _near(grid + cases, grid_figs + figs, best, tolerance_s)
+    fit.tolerance_s = tolerance_s
     return fit

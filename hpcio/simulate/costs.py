@@ -24,13 +24,12 @@ def request(sg, case, servers, queues, host, parts, count=1, client=None, cores=
         queues[j].release()
     if client is not None:
         client.release()
-    acts = []
-    for j, n in parts:
-        n = int(n)
-        if n > 0:
-            acts.append(sg.Comm.sendto_async(servers[j], host, n))
-    for a in acts:
-        a.wait()
+    flows = [(j, int(n)) for j, n in parts if int(n) > 0]
+    if len(flows) == 1:     # one flow: one blocking call (each call is a context switch)
+        sg.Comm.sendto(servers[flows[0][0]], host, flows[0][1])
+    else:
+        for a in [sg.Comm.sendto_async(servers[j], host, n) for j, n in flows]:
+            a.wait()
     # the reader's bytes cost CPU on the node's cores (its file-system client's, the
     # kernel's), beside its ranks' work
     if cores is not None:

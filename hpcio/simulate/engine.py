@@ -18,6 +18,7 @@ too, beside the run's other constants).
 import importlib.util
 import os
 import pickle
+import selectors
 import sys
 import traceback
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import HpcioError
+from ..progress import Progress
 from .actors import Ranks
 from .costs import WAKE_S
 from .topology import build
@@ -89,8 +91,9 @@ def layout(platform, ranks):
     return g, g // rpn
 
 
-def _run_cases(cases):
-    """In the child: every case on one engine; the per-rank, per-step columns back."""
+def _run_cases(cases, tick=None):
+    """In the child: every case on one engine; the per-rank, per-step columns back.
+    ``tick()`` is called as each case's first actor ends a step (the parent's progress)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     saved = os.dup(2)
     os.dup2(devnull, 2)                 # SimGrid logs its configuration on import
@@ -113,7 +116,8 @@ def _run_cases(cases):
         group, per_host = layout(case.platform, case.workload.ranks)
         actors = -(-case.workload.ranks // group)
         barrier = sg.Barrier(actors) if case.workload.sync else None
-        Ranks(sg, k, case, *built[k], plans[k], outs[k], barrier, group, per_host).start()
+        Ranks(sg, k, case, *built[k], plans[k], outs[k], barrier, group, per_host,
+              tick).start()
     e.run()
     for out in outs:
         out["end_s"] = float(out["columns"]["wall"].sum(axis=1).max())
@@ -130,29 +134,39 @@ def jobs():
         (os.cpu_count() or 1)
 
 
-def _start(cases):
-    """A forked child running ``cases`` in one engine; (pid, the pipe it answers on)."""
+def _cpus():
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def _start(cases, cpu=None):
+    """A forked child running ``cases`` in one engine, pinned to ``cpu`` (SimGrid's actors
+    are threads handing the CPU to one another at every simulated call: on one core the
+    hand-off needs no other core woken); (pid, the pipe it answers on, the pipe it ticks
+    a byte on per simulated step)."""
     rfd, wfd = os.pipe()
+    tr, tw = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid == 0:  # the child: one SimGrid engine, then gone
         os.close(rfd)
+        os.close(tr)
         try:
-            payload = ("ok", _run_cases(cases))
+            if cpu is not None:
+                os.sched_setaffinity(0, {cpu})
+            payload = ("ok", _run_cases(cases, lambda: os.write(tw, b".")))
         except BaseException as e:  # carried to the parent, said there as one line
             payload = ("error", f"{type(e).__name__}: {e}", traceback.format_exc())
         with os.fdopen(wfd, "wb") as f:
             pickle.dump(payload, f)
         os._exit(0)
     os.close(wfd)
-    return pid, rfd
+    os.close(tw)
+    return pid, rfd, tr
 
 
-def _answer(pid, rfd):
-    """What the child ``pid`` sent: its cases' results, or an error raised here."""
-    with os.fdopen(rfd, "rb") as f:
-        data = f.read()
+def _answer(pid, data):
+    """What the child ``pid`` sent (``data``): its cases' results, or an error raised here."""
     _, status = os.waitpid(pid, 0)
     if not data:
         raise HpcioError(f"the SimGrid engine died (wait status {status})")
@@ -164,20 +178,58 @@ def _answer(pid, rfd):
     return payload[1]
 
 
-def simulate(cases):
+def _gather(children, progress):
+    """Read every child's answer and ticks as they come (a child never blocks on a full
+    pipe); their answers' bytes, in order."""
+    sel = selectors.DefaultSelector()
+    data = [bytearray() for _ in children]
+    for k, (_, rfd, tr) in enumerate(children):
+        sel.register(rfd, selectors.EVENT_READ, (k, False))
+        sel.register(tr, selectors.EVENT_READ, (k, True))
+    try:
+        while sel.get_map():
+            for key, _ in sel.select():
+                k, is_tick = key.data
+                chunk = os.read(key.fd, 1 << 20)
+                if not chunk:
+                    sel.unregister(key.fd)
+                    os.close(key.fd)
+                elif is_tick:
+                    if progress is not None:
+                        progress.update(len(chunk))
+                else:
+                    data[k] += chunk
+    finally:
+        for key in list(sel.get_map().values()):
+            os.close(key.fd)
+        sel.close()
+    return [bytes(d) for d in data]
+
+
+def simulate(cases, label=None):
     """Simulate ``cases``; per case a dict of per-rank, per-step ``columns``, ``requests``
     (events issued) and ``aggregated`` (bool). Cases are independent (disjoint hosts), so
-    they are dealt round-robin to :func:`jobs` forked children, one engine each, run at
-    once: a calibration grid takes the machine's cores, not one."""
+    they are dealt round-robin to :func:`jobs` forked children, one engine each, each on
+    a core of its own, run at once: a calibration grid takes the machine's cores, not one.
+    With ``label``, a progress line (simulated steps done, of all cases) on stderr."""
     ok, why = available()
     if not ok:
         raise HpcioError(why)
     n = max(1, min(jobs(), len(cases)))
-    children = [_start(cases[k::n]) for k in range(n)]
+    cpus = _cpus()
+    progress = Progress(sum(c.workload.steps for c in cases), "simulated step", label) \
+        if label else None
+    children = [_start(cases[k::n], cpus[k % len(cpus)] if len(cpus) >= n else None)
+                for k in range(n)]
+    try:
+        data = _gather(children, progress)
+    finally:
+        if progress is not None:
+            progress.close()
     parts, failed = [], []
-    for pid, rfd in children:  # every child read and reaped, also past a failed one
+    for (pid, _, _), d in zip(children, data):  # every child reaped, also past a failed one
         try:
-            parts.append(_answer(pid, rfd))
+            parts.append(_answer(pid, d))
         except HpcioError as e:
             failed.append(e)
     if failed:

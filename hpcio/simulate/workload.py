@@ -46,6 +46,7 @@ class Workload:
     window: int = WINDOW
     ahead: int = 0                   # batches the trainer's loader fetches ahead (--prefetch)
     barrier_s: float = 0.0           # the last rank's wait at the step's barrier (median)
+    cpu_s_per_sample: float = float("nan")  # the ranks' process CPU per sample, measured
 
     @property
     def steps_per_epoch(self):
@@ -143,8 +144,7 @@ def workload_from_run(path):
     xbytes = int((c.get("exchange") or {}).get("bytes") or 0)
     xs = float(np.mean(s["exchange"])) if xbytes and run.ranks > 1 else 0.0
     # the barrier's own cost: what the rank arriving last still waits, step by step
-    last = s["straggler_wait"][:, 1:].min(axis=0) if sync and run.ranks > 1 else ()
-    barrier = float(np.median(last)) if len(last) else 0.0
+    barrier = fig["barrier_s"] if sync and math.isfinite(fig["barrier_s"]) else 0.0
     return Workload(
         name=run.name, reader=reader, ranks=run.ranks, batch=int(c["batch"]),
         steps=int(s["step"].shape[1]), records=int(records),
@@ -158,12 +158,12 @@ def workload_from_run(path):
         faults_per_sample=faults / got if got else float("nan"),
         dataset=run.dataset, measured=fig, access=access, exchange_bytes=xbytes,
         exchange_s=xs, cold=c.get("cache") == "cold", ahead=int(c.get("prefetch") or 0),
-        barrier_s=barrier)
+        barrier_s=barrier, cpu_s_per_sample=fig["cpu_s_per_sample"])
 
 
 #: what a run measured of its workload, per step: repeats of one point give their median
 _MEASURED = ("compute_s", "rest_s", "faults_per_sample", "exchange_s", "steady_steps",
-             "prefetch", "barrier_s")
+             "prefetch", "barrier_s", "cpu_s_per_sample")
 
 
 def median_of_repeats(workloads):

@@ -54,7 +54,7 @@ from ..measure.sampler import Sampler
 from ..measure.schema import Invalid
 from ..measure.steps import STEP_FIELDS, StepLog, rank_summary
 from ..measure.trace import TraceWriter
-from ..mpiutil import finalize, idle_barrier, on_root
+from ..mpiutil import finalize, idle_barrier, least_over_ranks, on_root
 from ..plan import make_plan
 from ..progress import Progress
 from ..readers import READERS, check_dataset, make_reader
@@ -576,6 +576,9 @@ def _write_rank(run, t, partial):
     n = len(arrays["wall"])
     arrays["loss"] = t.losses[:n].copy()
     rsum = rank_summary(arrays)
+    # this rank's process CPU over its epochs (getrusage user + system, as counted)
+    rsum["cpu_s"] = sum(e["counters"]["rusage"].get("utime", 0.0)
+                        + e["counters"]["rusage"].get("stime", 0.0) for e in t.epochs)
     totals = dict(t.read_totals)
     stats = {k: v for k, v in t.reader_stats.items() if k not in totals}
     run.out.write_rank(world.rank, arrays, {
@@ -605,6 +608,7 @@ def write_results(run, t):
     if run.trace is not None:
         run.trace.close(t.log)
     wd.mark(WAIT_GATHER)
+    barrier = barrier_per_step(world.comm, t.log.arrays()) if world.size > 1 else None
     gathered = world.comm.gather((rsum, t.checkpoints, t.sampler.disk_read_end -
                                   t.sampler.disk_read_start, world.local_rank,
                                   t.stop.signum), root=0)
@@ -618,7 +622,7 @@ def write_results(run, t):
             verify = "size"  # an index without CRCs
         signum = _write_summary(run.out, run.args, world, gathered, t.cut, t.stop,
                                 run.steps_per_epoch, t.t_train, _now() - run.t_begin,
-                                t.epochs, run.exchange_info, verify)
+                                t.epochs, run.exchange_info, verify, barrier)
     else:
         signum = None
     wd.mark(WAIT_SUMMARY)
@@ -724,8 +728,23 @@ def _cache_words(mode, epochs):
             + ")")
 
 
+def barrier_per_step(comm, arrays):
+    """The step barrier's own cost, on rank 0 (None elsewhere, and where no step waited
+    at one): per step the least straggler wait over ranks (the rank arriving last waits
+    only for the barrier itself), the median over steps, each epoch's first left out. A
+    collective: every rank calls it, with the steps it logged (the least count taken)."""
+    least = least_over_ranks(comm, arrays["straggler_wait"])
+    if comm.rank != 0:
+        return None
+    n = len(least)
+    keep = np.asarray(arrays["step"][:n]) > 0
+    if not n or not keep.any() or not np.asarray(arrays["straggler_wait"]).any():
+        return None
+    return float(np.median(least[keep]))
+
+
 def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_train,
-                   t_total, epochs, exchange, verify):
+                   t_total, epochs, exchange, verify, barrier=None):
     per_rank = [g[0] for g in gathered]
     signum = next((g[4] for g in gathered if g[4]), None)
     ckpts = [c for g in gathered for c in g[1]]
@@ -765,7 +784,8 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
              + ("  [UNVERIFIED: bytes delivered not checked]" if verify == "off" else "")
              + (f"  [CUT SHORT by {signal_name(signum) or 'signal'}]" if cut else ""))
     summary, text = run_summary(
-        head, None if any(r["steps"] == 0 for r in per_rank) else per_rank, title, tail)
+        head, None if any(r["steps"] == 0 for r in per_rank) else per_rank, title, tail,
+        more={"barrier_s_per_step": barrier})
     if args.cache == "cold" and epochs:
         text += f"\n  {describe(epochs[0]['cache'])}"
         warm = warm_nodes_line(epochs[0]["cache"])
