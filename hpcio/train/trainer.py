@@ -46,7 +46,7 @@ from ..data.dataset import NO_CRC, open_dataset
 from ..errors import HpcioError, report_to
 from ..fsutil import jsonable
 from ..measure import darshan
-from ..measure.probes import counters, delta, os_view, rss_bytes
+from ..measure.probes import counters, delta, os_view, process_age_s, rss_bytes
 from ..measure.provenance import provenance
 from ..measure.rundir import (Flusher, RunDir, capture_env, check_space, default_name,
                                gather_hosts, results_bytes)
@@ -274,6 +274,7 @@ class Trained:
     origin_unix: float = 0.0
     flusher: Flusher = None
     flushed: tuple = ()  # (steps, epochs, checkpoints) in the last flush
+    startup: dict = field(default_factory=dict)  # the rank's cost before its first read
 
 
 def _steps_per_epoch(args, plan, records, world):
@@ -422,11 +423,15 @@ def train(run):
     when the ranks vote to (a signal). Returns what this rank measured; if it fails, what
     it measured until then is flushed first."""
     args, world, wd = run.args, run.world, run.watchdog
+    startup = {"process_age_s": process_age_s(), "rss_bytes": rss_bytes(),
+               "torch_imported": "torch" in sys.modules,
+               "at": "set-up done, before the first read (the process's age: its launch, "
+                     "imports, MPI start and set-up)"}
     origin, origin_unix = _now(), time.time()  # step t0s are relative to this moment
     total = args.epochs * run.steps_per_epoch
     t = Trained(StepLog(total, origin=origin), np.full(total, np.nan),
                 Sampler(args.sample_interval, run.ds.root, run.device, origin=origin),
-                StopFlag(), origin_unix=origin_unix)
+                StopFlag(), origin_unix=origin_unix, startup=startup)
     t.flusher = Flusher(lambda: _flush(run, t), args.flush_interval,
                         label=f"hpcio.train: rank {world.rank}")
     if run.trace is not None:
@@ -585,7 +590,7 @@ def _write_rank(run, t, partial):
         "origin_unix": t.origin_unix, "mpi_init_unix": world.mpi_init_unix,
         "clock": {"offset_s": world.clock_offset_s, "rtt_s": world.clock_rtt_s,
                   "of": "this node's clock minus rank 0's"},
-        "train_s": t.t_train, "epochs": list(t.epochs),
+        "train_s": t.t_train, "startup": t.startup, "epochs": list(t.epochs),
         "checkpoints": list(t.checkpoints),
         "reader_stats": _jsonable(dict(stats, **totals)),
         "reader_reopened_each_epoch": run.reopen, "summary": rsum,
