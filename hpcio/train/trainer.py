@@ -658,7 +658,8 @@ def write_results(run, t):
             verify = "size"  # an index without CRCs
         signum = _write_summary(run.out, run.args, world, gathered, t.cut, t.stop,
                                 run.steps_per_epoch, t.t_train, _now() - run.t_begin,
-                                t.epochs, run.exchange_info, verify)
+                                t.epochs, run.exchange_info, verify,
+                                t.reader_stats.get("odirect"))
     else:
         signum = None
     wd.mark(WAIT_SUMMARY)
@@ -765,7 +766,7 @@ def _cache_words(mode, epochs):
 
 
 def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_train,
-                   t_total, epochs, exchange, verify):
+                   t_total, epochs, exchange, verify, odirect=None):
     per_rank = [g[0] for g in gathered]
     signum = next((g[4] for g in gathered if g[4]), None)
     ckpts = [c for g in gathered for c in g[1]]
@@ -792,6 +793,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
     tail = {
         "cache": epochs[0]["cache"] if epochs else None,
         "disk_read_bytes": disk,
+        "reader_odirect": odirect,
         "checkpoints": {"count": len(ckpts),
                         "seconds": sum(c["seconds"] for c in ckpts),
                         "bytes": sum(c["bytes"] for c in ckpts),
@@ -812,6 +814,8 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         if warm:
             text += f"\n  {warm}"
     text += f"\n  gradient exchange: {exchange['what']}"
+    if odirect:  # the coordinated reader's O_DIRECT choice, and why
+        text += f"\n  O_DIRECT: {odirect}"
     if ckpts:
         text += (f"\n  checkpoints: {len(ckpts)}, {summary['checkpoints']['seconds']:.3f} s, "
                  f"{summary['checkpoints']['mib_per_s_mean']:.1f} MiB/s mean")
