@@ -32,7 +32,7 @@ the page-cache path otherwise, with the reason in the reader's stats (``odirect`
 the run's summary. ``True`` insists, and a file system that refuses it or records below
 ``odirect_min`` end the run in one line. Large records read by many ranks at random cost
 the page cache its insertions, evictions and readahead past the record; ``O_DIRECT`` skips
-all three (``benchmarks/design.md``, "O_DIRECT").
+all three (``docs/readers.md``, "O_DIRECT": measured against ``seq-ranks``).
 
 A dataset whose records lie compressed in their files (LevelDB's snappy blocks) is
 refused. Stopping an epoch early must happen at the same batch on every rank (the reads in
