@@ -16,7 +16,7 @@ records to its config's 2 MiB ``record_length_bytes_resize``):
   (mincore) how much of them was resident as it started;
 * a probe at ``n`` ranks is one run of ``--steps`` steps per rank: hpcio ``mpiexec -n n
   python -m hpcio.train --workload W --accelerator b200 --model emulate --reader R --cache
-  asis --steps S``; DLIO ``mpiexec -n n dlio_benchmark workload=unet3d_h100`` with every
+  asis --steps S --epochs 1``; DLIO ``mpiexec -n n dlio_benchmark workload=unet3d_h100`` with every
   value of the workload given as hydra overrides (format, files, record length, batch,
   compute time, ``train.total_training_steps=S``, ``reader.read_threads=1``: one loader
   process per rank, the fewest DLIO can have; the file's 8 or 4 would put 8-16 processes
@@ -181,8 +181,9 @@ def probe_run(a, name, w, who, data, folder, paths, ranks, k):
         split = ""
     else:
         cmd = [launcher(), "-n", str(ranks), sys.executable, "-m", "hpcio.train",
-               "--workload", name, "--model", "emulate", "--data", data, "--reader", who, "--cache", "asis",
-               "--steps", str(a.steps), "--out", out, "--progress", "off"]
+               "--workload", name, "--model", "emulate", "--data", data, "--reader", who,
+               "--cache", "asis", "--steps", str(a.steps), "--epochs", "1", "--out", out,
+               "--progress", "off"]
         p, cpu, busy, wall = run_job(cmd, ROOT)
         au = sps = own = None
         samples = 0
