@@ -29,6 +29,11 @@ storage can deliver, does the reader keep the (emulated) accelerators busy? Step
    ramp); ``--steps N`` caps the steps per epoch.
 
 ``--loads busy`` runs one busy-loop process beside each run (other work on a shared node);
+``--loads tenant`` runs a second tenant of the same disk beside it (:func:`tenant`: a
+``dd``-like stream that reads and writes 1 MiB ``O_DIRECT`` blocks of its own file in the
+data's directory at ``--tenant-rate`` MB/s, half each way), and records from
+``/proc/diskstats`` over each run the disk's mean queue (requests in flight), its mean
+request size and each reader's bytes against the tenant's (its own count);
 each run's CPU seconds (user + system, every rank's epochs) per 1,000 samples and minor
 faults per epoch come from its ``rank-R.json``, and each reader after the first is given as
 ratios to the first (samples/s, CPU per sample), medians of the interleaved pairs.
@@ -79,7 +84,7 @@ from hpcio.cli import ArgumentParser  # noqa: E402
 from hpcio.data.dataset import is_dataset, open_dataset  # noqa: E402
 from hpcio.errors import HpcioError, guard  # noqa: E402
 from hpcio.mpiutil import launcher  # noqa: E402
-from hpcio.measure.probes import loadavg, wait_quiet  # noqa: E402
+from hpcio.measure.probes import data_disks, loadavg, wait_quiet  # noqa: E402
 from hpcio.cache import PIECE, read_file  # noqa: E402
 from hpcio.fsutil import aligned_empty, evict  # noqa: E402
 from hpcio.measure.rundir import RunDir  # noqa: E402
@@ -112,6 +117,76 @@ def cpu_faults(out):
     return cpu, records, statistics.median(faults) if faults else 0
 
 
+TENANT = r"""
+import mmap, os, sys, time
+path, rate, size = sys.argv[1], float(sys.argv[2]) * 1e6, 256 << 20
+blk = 1 << 20
+buf = mmap.mmap(-1, blk)
+buf.write(os.urandom(blk))
+fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_DIRECT, 0o600)
+if os.fstat(fd).st_size < size:
+    for k in range(size // blk):
+        os.pwrite(fd, buf, k * blk)
+    os.fsync(fd)
+done, t0, k, n = 0, time.perf_counter(), 0, size // blk
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+while True:
+    off = (k * 7919 % n) * blk
+    if k % 2:
+        os.pwrite(fd, buf, off)
+    else:
+        os.preadv(fd, [buf], off)
+    done += blk
+    k += 1
+    ahead = done / rate - (time.perf_counter() - t0)
+    if ahead > 0:
+        time.sleep(ahead)
+    if k % 64 == 0:
+        sys.stdout.write(f"{done}\n")
+        sys.stdout.flush()
+"""
+
+
+def tenant(where, rate):
+    """A second tenant of the data's disk: reads and writes (alternately, 1 MiB O_DIRECT
+    blocks at scattered offsets of its own 256 MiB file) at ``rate`` MB/s in all, started
+    and ready (its file written) before the run; its stdout counts its bytes."""
+    p = subprocess.Popen([sys.executable, "-c", TENANT, os.path.join(where, ".tenant"),
+                          str(rate)], stdout=subprocess.PIPE, text=True)
+    if p.stdout.readline().strip() != "ready":
+        raise HpcioError("the tenant stream did not start")
+    return p
+
+
+def disk_stats(path):
+    """(reads, sectors read, writes, sectors written, ms with I/O, weighted ms) of the
+    whole disk under ``path`` (/proc/diskstats), or None."""
+    disks = data_disks(path)
+    if not disks:
+        return None
+    tot = [0] * 6
+    with open("/proc/diskstats") as f:
+        for line in f:
+            v = line.split()
+            if v[2] in disks:
+                x = [int(v[3]), int(v[5]), int(v[7]), int(v[9]), int(v[12]), int(v[13])]
+                tot = [a + b for a, b in zip(tot, x)]
+    return tot
+
+
+def disk_view(a, b, wall):
+    """The disk over a run: mean requests in flight (weighted ms / wall), mean request
+    size (KiB) and MB read and written."""
+    if a is None or b is None or wall <= 0:
+        return {}
+    d = [y - x for x, y in zip(a, b)]
+    reqs = d[0] + d[2]
+    return {"disk_queue": d[5] / (1e3 * wall), "disk_req_kib": (d[1] + d[3]) * 512 / 1024
+            / reqs if reqs else 0.0, "disk_read_mb": d[1] * 512 / 1e6,
+            "disk_write_mb": d[3] * 512 / 1e6, "disk_busy": d[4] / (1e3 * wall)}
+
+
 def busy_loop():
     """One process spinning on a core beside the run, as other work on a shared node."""
     return subprocess.Popen([sys.executable, "-c", "while 1: pass"])
@@ -132,12 +207,20 @@ def train(a, ds, reader, compute, out, shuffle, ranks=None, load="quiet"):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     quiet = wait_quiet(a.wait_quiet, cpu=0.25) if a.wait_quiet else None
     l0 = loadavg()
-    hog = busy_loop() if load == "busy" else None
+    hog = busy_loop() if load == "busy" else \
+        tenant(a.dir, a.tenant_rate) if load == "tenant" else None
+    d0, t0 = disk_stats(ds.root), time.perf_counter()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     finally:
+        wall = time.perf_counter() - t0
+        d1 = disk_stats(ds.root)
+        tenant_mb = None
         if hog is not None:
             hog.kill()
+            if load == "tenant":
+                counts = [int(x) for x in hog.stdout.read().split() if x.isdigit()]
+                tenant_mb = counts[-1] / 1e6 if counts else 0.0
             hog.wait()
     if p.returncode:
         raise HpcioError(f"{reader} run failed ({p.returncode}): "
@@ -154,7 +237,8 @@ def train(a, ds, reader, compute, out, shuffle, ranks=None, load="quiet"):
             "disk_mib": s["disk_read_bytes"] / 2 ** 20, "train_s": s["train_s"],
             "load_before": l0, "load_after": loadavg(), "idle_cpu_busy": quiet and quiet["cpu"],
             "idle_disk_mib_s": quiet and quiet["disk_mib_s"],
-            "quiet": quiet["quiet"] if quiet else True, "run": out}
+            "quiet": quiet["quiet"] if quiet else True, "run": out,
+            "tenant_mb": tenant_mb, "wall_s": wall, **disk_view(d0, d1, wall)}
 
 
 def _med(xs):
@@ -181,8 +265,12 @@ def main(argv=None):
                    help="before each run wait up to S s for idle CPUs and disks (0: no)")
     p.add_argument("--ranks", type=int, nargs="+", default=[2],
                    help="rank counts (the demand is sized for the largest)")
-    p.add_argument("--loads", nargs="+", default=["quiet"], choices=("quiet", "busy"),
-                   help="busy: one busy-loop process runs beside each run")
+    p.add_argument("--loads", nargs="+", default=["quiet"],
+                   choices=("quiet", "busy", "tenant"),
+                   help="busy: one busy-loop process runs beside each run; tenant: a "
+                        "second tenant reads and writes the same disk beside it")
+    p.add_argument("--tenant-rate", type=float, default=200.0, metavar="MB/S",
+                   help="the tenant's stream, reads and writes together (default 200)")
     p.add_argument("--exchange", default="none",
                    help="hpcio.train --exchange-model: none (ranks step independently: the "
                         "reader against the storage alone), or a model's gradient exchange")
@@ -238,7 +326,12 @@ def main(argv=None):
                       f"samples/s  stall {res['stall']:5.1f}%  CPU "
                       f"{res['cpu_ms_per_ksample']:6.0f} ms/1k samples  faults/epoch "
                       f"{res['minflt_epoch']:6.0f}"
-                      + ("" if res["quiet"] or ld == "busy" else "  (not quiet: left out)"),
+                      + ("" if res["quiet"] or ld != "quiet" else "  (not quiet: left out)")
+                      + (f"  disk queue {res.get('disk_queue', 0):.1f}, request "
+                         f"{res.get('disk_req_kib', 0):.0f} KiB, read "
+                         f"{res.get('disk_read_mb', 0):.0f} MB, tenant "
+                         f"{res['tenant_mb']:.0f} MB in {res['wall_s']:.1f} s"
+                         if ld == "tenant" else ""),
                       flush=True)
 
     lines = ["", f"emulated training, batch {a.batch}/rank, {a.epochs} epochs, cold cache "
@@ -256,7 +349,7 @@ def main(argv=None):
             every = [x for x in results if x["fraction"] == f and x["reader"] == r
                      and x["shuffle"] == sh and x["ranks"] == n and x["load"] == ld]
             # runs that began while other jobs used the CPUs or disks are left out
-            rs = [x for x in every if x["quiet"] or ld == "busy"] or every
+            rs = [x for x in every if x["quiet"] or ld != "quiet"] or every
             au, lo, hi = _med([x["au"] for x in rs])
             med = {k: statistics.median(x[k] for x in rs) for k in (
                 "au_mlperf", "first_wait", "mib_s", "samples_s", "stall", "fetch",

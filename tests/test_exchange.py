@@ -2,6 +2,9 @@
 declared fabric or its measured transport, the options and their refusals; its timing
 under mpiexec is in tests/test_train.py."""
 
+import subprocess
+import sys
+
 import pytest
 
 from common.inproc import run_main
@@ -186,8 +189,49 @@ def test_fabric_from_a_config_file(tmp_path):
     assert "exchange_fabric: bandwidth '0' must be > 0" in str(e.value)
 
 
+def test_auto_transport_is_tcp_unless_bytes_move():
+    """The barrier and a fabric's sleep move no bytes: plain sockets, no torch; a measured
+    allreduce goes over gloo; tcp asked for an allreduce is one line."""
+    assert exchange_plan(None, None, "auto", None, 2)["via"] == "tcp"
+    assert exchange_plan("lenet", None, "auto", FABRIC, 2)["via"] == "tcp"
+    assert exchange_plan(None, 4_000_000, "auto", None, 2)["via"] == "gloo"
+    assert parse_args(["--data", "x", "--model", "emulate"]).exchange_via == "auto"
+    with pytest.raises(HpcioError) as e:
+        exchange_plan(None, 8, "tcp", None, 2)
+    assert "barrier only" in str(e.value) and e.value.everywhere
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.mpi  # one short process (~0.5 s): this one has torch loaded by others
+def test_an_emulated_run_needs_no_torch():
+    """The trainer's import and the emulated path's options load no torch (one process:
+    this test's own has torch loaded by others)."""
+    code = ("import sys; from hpcio.train.trainer import torch_needs; "
+            "from hpcio.train.options import parse_args; "
+            "from hpcio.train.exchange import exchange_plan; "
+            "a = parse_args(['--data', 'x', '--model', 'emulate']); "
+            "assert not torch_needs(a, exchange_plan(None, None, a.exchange_via, None, 2)); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def test_torch_features_are_named():
+    from hpcio.train.trainer import torch_needs
+    barrier = {"mode": "barrier", "via": "tcp"}
+    a = parse_args(["--data", "x", "--model", "emulate", "--checkpoint-every", "2",
+                    "--device", "cuda"])
+    assert torch_needs(a, barrier) == ["--device cuda (each batch copied to the GPU)",
+                                       "checkpoints"]
+    a = parse_args(["--data", "x", "--model", "emulate", "--preprocess", "on"])
+    assert torch_needs(a, {"mode": "measured", "via": "gloo"}) == [
+        "preprocessing into tensors", "the step's exchange over gloo"]
+    assert torch_needs(parse_args(["--data", "x", "--model", "lenet"]), {}) == [
+        "model lenet", "preprocessing into tensors"]
+
+
 def test_registries():
-    assert set(TRANSPORTS) == {"gloo", "mpi"}
+    assert set(TRANSPORTS) == {"tcp", "gloo", "mpi"}
     assert EXCHANGE_MODELS == (*MODELS, "none")
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hpcio.train.computetime import DISTRIBUTIONS, ComputeTime
-from hpcio.train.emulate import EmulatedModel
+from hpcio.train.emulate import EmulatedModel, as_module
 from hpcio.errors import HpcioError
 from hpcio.fsutil import aligned_empty
 from hpcio.explain.summary import figures_line, format_table, summarize
@@ -213,7 +213,7 @@ def test_emulated_model_sleeps_its_draw():
     t = time.perf_counter()
     assert m.step() == 0.02
     assert 0.02 <= time.perf_counter() - t < 0.05
-    assert sum(p.numel() for p in m.parameters()) == 1
+    assert sum(p.numel() for p in as_module(m).parameters()) == 1
 
 
 def test_rundir_atomic_files_and_refuses_to_overwrite(tmp_path):

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from hpcio.readers import READERS, check_options, make_reader
 from hpcio.readers.assemble import clusters, copy_records, gather, layout, merge_runs
 from hpcio.readers.coordinated import request_bounds
 from hpcio.readers.nodeshare import union_reads
+from hpcio.readers.routes import direct_refusal
 
 from common.datasets import make_dataset
 from common.failure import one_line
@@ -317,3 +319,45 @@ def test_naive_cursor_walks_key_order_like_caffe(tmp_path):
     h5 = make_dataset(tmp_path, "hdf5", "raw", records=16, shards=1)
     with pytest.raises(HpcioError, match="a hdf5 dataset has none"):
         make_reader("naive", h5, access="cursor")
+
+
+def test_odirect_same_bytes_and_refusals_in_one_line(tmp_path):
+    """O_DIRECT reads (records widened to whole blocks, merged, gathered into place)
+    deliver the page-cache path's bytes in any order; odirect=true refuses in one line what
+    auto passes over: records below odirect_min, and a file system without O_DIRECT."""
+    ds = open_dataset(make_dataset(tmp_path, "packed", "raw", records=600, shards=2,
+                                   seed=1).root)
+    for shuffle in ("global", "none"):
+        plan = make_plan(ds.records, 1, 0, 7, shuffle=shuffle, drop_last=False)
+        got = []
+        for opts in ({"odirect": False}, {"odirect": True, "odirect_min": 0, "threads": 3}):
+            with make_reader("coordinated", ds, None, **opts) as r:
+                got.append(b"".join(bytes(b.data) for b in r.batches(plan)))
+                assert r.route.name == ("direct" if opts["odirect"] else "views")
+                assert r.stats.extra["odirect"].startswith("on" if opts["odirect"]
+                                                           else "off")
+        assert got[0] == got[1] and len(got[0]) == ds.records * 784
+    with make_reader("coordinated", ds, None) as r:  # auto: 784-byte records
+        assert r.route.name == "views" and "below odirect_min" in r.stats.extra["odirect"]
+    with pytest.raises(HpcioError) as e:
+        make_reader("coordinated", ds, None, odirect=True)
+    assert "odirect=true" in str(e.value) and "below odirect_min" in str(e.value)
+    assert "\n" not in str(e.value)
+    if not os.path.isdir("/dev/shm"):
+        return
+    # tmpfs refused O_DIRECT before Linux 6.6 (and takes it since): either way in one line
+    shm = tempfile.mkdtemp(dir="/dev/shm")
+    try:
+        tiny = open_dataset(make_dataset(shm, "packed", "raw", records=8, seed=1).root)
+        refused = direct_refusal(tiny.paths[0])
+        if refused is None:
+            with make_reader("coordinated", tiny, None, odirect=True, odirect_min=0) as r:
+                assert r.route.name == "direct"
+            return
+        with pytest.raises(HpcioError) as e:
+            make_reader("coordinated", tiny, None, odirect=True, odirect_min=0)
+        assert "refuses O_DIRECT" in str(e.value) and "\n" not in str(e.value)
+        with make_reader("coordinated", tiny, None, odirect="auto", odirect_min=0) as r:
+            assert r.route.name == "views" and "refuses O_DIRECT" in r.stats.extra["odirect"]
+    finally:
+        shutil.rmtree(shm)

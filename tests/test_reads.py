@@ -93,3 +93,26 @@ def test_sieving_bounded_by_ratio():
     jobs, staged = plan_reads(fil, off, ln, layout(ln)[:-1], sieve_gap=32 << 10,
                               sieve_ratio=3.0)
     assert staged == 0 and jobs[0].flen.tolist() == [8, 8]
+
+
+def test_block_ranges_widen_merge_and_place():
+    """Records widened to whole blocks, overlapping or touching ranges merged (per file),
+    and each record found at its place in the ranges laid end to end."""
+    from hpcio.readers.routes import block_ranges
+    rng = np.random.default_rng(3)
+    sizes = [50_000, 70_000]
+    files = [rng.integers(0, 256, n, dtype=np.uint8) for n in sizes]
+    n = 300
+    fil = rng.integers(0, 2, n)
+    ln = rng.integers(1, 3000, n)
+    off = np.array([rng.integers(0, sizes[f] - k) for f, k in zip(fil, ln)])
+    rf, ra, re_, which, pos, total = block_ranges(fil, off, ln, span=1 << 20, block=512)
+    assert (ra % 512 == 0).all() and (re_ % 512 == 0).all() and total == (re_ - ra).sum()
+    for j in (0, 1):  # apart within a file
+        a, e = ra[rf == j], re_[rf == j]
+        assert (a[1:] > e[:-1]).all()
+    stage = np.concatenate([np.pad(files[f], (0, 512))[a:e] for f, a, e in zip(rf, ra, re_)])
+    for k in range(n):
+        assert rf[which[k]] == fil[k] and ra[which[k]] <= off[k]
+        assert off[k] + ln[k] <= re_[which[k]]
+        assert (stage[pos[k]:pos[k] + ln[k]] == files[fil[k]][off[k]:off[k] + ln[k]]).all()

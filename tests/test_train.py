@@ -159,7 +159,13 @@ def test_every_model_and_reader_completes(tmp_path, data, model, reader):
     if model == "emulate":
         assert s["exchange"]["mode"] == "barrier" and s["exchange"]["bytes"] == 0
         assert (z["straggler_wait"] > 0).all() and not z["exchange"].any()
-        assert "gradient exchange: barrier only: a zero-byte barrier over gloo" in p.stdout
+        assert "gradient exchange: barrier only: a zero-byte barrier over tcp" in p.stdout
+        # torch only where a feature asks for it (here: preprocessing into tensors)
+        tensors = bool(extra)
+        for r in range(2):
+            rj = json.loads((out / f"rank-{r}.json").read_text())
+            assert rj["startup"]["torch_imported"] is tensors
+            assert rj["startup"]["process_age_s"] > 0 and rj["startup"]["rss_bytes"] > 0
     else:
         assert s["exchange"]["bytes"] is None and "inside compute" in s["exchange"]["what"]
         assert not z["straggler_wait"].any() and not z["exchange"].any()
@@ -251,12 +257,12 @@ def test_fast_rank_waits_for_the_slow_one_in_the_exchange(tmp_path, data, via):
     s = check_run(out, 2, steps, 1, 4)
     if via == "fabric":
         assert s["exchange"] == {
-            "mode": "fabric", "bytes": FABRIC_BYTES, "via": "gloo",
+            "mode": "fabric", "bytes": FABRIC_BYTES, "via": "tcp",
             "fabric": {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-5,
                        "allreduce_s": pytest.approx(RING_S)},
             "what": "4,000,000 bytes (--exchange-bytes), emulated on fabric 1 GB/s, 10 us: a "
                     "ring allreduce of 4.020 ms per step at 2 ranks (a sleep after the "
-                    "barrier over gloo)"}
+                    "barrier over tcp)"}
     else:
         assert s["exchange"] == {
             "mode": "measured", "bytes": 4 * 431_080, "via": via, "fabric": None,

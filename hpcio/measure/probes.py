@@ -14,7 +14,7 @@ import time
 
 __all__ = ["block_device", "whole_disks", "data_disks", "disk_read_bytes",
            "read_ahead_kb", "cpu_jiffies", "machine_busy", "proc_io", "rusage",
-           "rss_bytes", "meminfo", "mem_available", "loadavg", "os_view", "wait_quiet",
+           "rss_bytes", "process_age_s", "meminfo", "mem_available", "loadavg", "os_view", "wait_quiet",
            "counters", "delta"]
 
 SECTOR = 512  # /proc/diskstats counts 512-byte sectors whatever the device's block size
@@ -170,6 +170,19 @@ def rss_bytes():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_age_s():
+    """Seconds since this process started (``/proc/self/stat``'s start time against the
+    boot clock, 1/CLK_TCK resolution): what a launch cost it before now, the interpreter's
+    start and every import included; None where it cannot be read (not Linux)."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - start)
+    except (OSError, ValueError, IndexError, AttributeError):
         return None
 
 

@@ -403,17 +403,17 @@ def capture_env(world, data_root, cache_mode, reader_options=None, device=None,
         "cache_mode": cache_mode,
         "reader_options": reader_options or {},
     }
-    try:
-        import torch  # torch: the [train] extra, seconds to import; asked only of runs that train
-        env["torch"] = {"threads": torch.get_num_threads(),
+    torch = sys.modules.get("torch")  # the run's own: an emulated run may not import it
+    if torch is None:
+        env["torch"] = {"imported": False}
+    else:
+        env["torch"] = {"imported": True, "threads": torch.get_num_threads(),
                         "cuda": torch.cuda.is_available(),
                         "cuda_version": torch.version.cuda,
                         "devices": [torch.cuda.get_device_name(i)
                                     for i in range(torch.cuda.device_count())]
                         if torch.cuda.is_available() else [],
                         "device": str(device) if device is not None else None}
-    except ImportError:
-        pass
     total = meminfo("MemTotal")
     if total is not None:
         env["mem_total_kib"] = total // 1024

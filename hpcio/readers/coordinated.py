@@ -24,6 +24,16 @@ of each step (independently: 8%); an unshuffled plan too read faster independent
 784-byte records, read one by one independently, measured the same either way. On one
 node every rank shares the page cache, and two-phase I/O only adds a copy.
 
+``O_DIRECT`` (``odirect``): ``"auto"`` (the default) reads with ``O_DIRECT`` (route
+``direct``) where every rank's file system takes it, the records average at least
+``odirect_min`` bytes (64 KiB), reads are independent, and the files are not in the page
+cache already (under half of them resident: a warm cache is worth more than skipping it);
+the page-cache path otherwise, with the reason in the reader's stats (``odirect``) and in
+the run's summary. ``True`` insists, and a file system that refuses it or records below
+``odirect_min`` end the run in one line. Large records read by many ranks at random cost
+the page cache its insertions, evictions and readahead past the record; ``O_DIRECT`` skips
+all three (``docs/readers.md``, "O_DIRECT": measured against ``seq-ranks``).
+
 A dataset whose records lie compressed in their files (LevelDB's snappy blocks) is
 refused. Stopping an epoch early must happen at the same batch on every rank (the reads in
 flight are completed, so every rank leaves the collectives together).
@@ -56,6 +66,10 @@ SHARE_MIN_RECORD = 16 << 10
 # sieve (read through the holes into a staging buffer, then gather) only records smaller
 # than this on average: it saves a system call per record, and costs a copy of every byte
 SIEVE_BELOW = 16 << 10
+# O_DIRECT by default only for records at least this large on average: below, widening each
+# to whole 4 KiB blocks reads much more than asked for, and a small read pays a device
+# round trip the page cache's readahead would have shared
+ODIRECT_MIN = 64 << 10
 
 
 def _mpi():
@@ -73,7 +87,8 @@ class CoordinatedReader(Reader):
                  hints: dict = None, mechanism: MECHANISMS = "thread",
                  request_bytes=4 << 20, threads=4, sieve_gap: int = None,
                  sieve_ratio=3.0, willneed=True, shared: Auto = False, ramp=True,
-                 hdf5: HDF5_PATHS = "offsets", lease=4, **options):
+                 hdf5: HDF5_PATHS = "offsets", lease=4, odirect: Auto = "auto",
+                 odirect_min=ODIRECT_MIN, **options):
         self.check(dataset, hdf5=hdf5)
         mpio = hdf5 == "mpio"
         super().__init__(dataset, comm, **options)
@@ -121,6 +136,8 @@ class CoordinatedReader(Reader):
         # prefetch + 1 slots in flight, and one per batch a consumer may still hold
         self._slots = self.prefetch + 1 + (self.lease + 1 if self.lease else 0)
         self._ring = BufferRing(self._slots, slack=1.25, least=4096)
+        self.odirect, why = self._odirect(odirect, int(odirect_min), mpio, filewise,
+                                           shared, world)
         self.route = routes.choose(self, mpio, filewise, shared, self._mean, SHARE_MIN_RECORD)
         self.verifies_reads = self.verify == "records"
         if self.mechanism == "nonblocking" and not self.route.nonblocking:
@@ -131,7 +148,45 @@ class CoordinatedReader(Reader):
                                 route=self.route.name, shared=self.route.name == "shared",
                                 collective=self.collective, filewise=filewise,
                                 hints=dict(self.hints), hdf5=hdf5,
-                                request_bytes=self.request_bytes, sieve_gap=self.sieve_gap)
+                                request_bytes=self.request_bytes, sieve_gap=self.sieve_gap,
+                                odirect=why)
+
+    def _odirect(self, want, least, mpio, filewise, shared, world):
+        """(use O_DIRECT, one line saying why or why not), the same on every rank
+        (collective): ``want`` True refuses in one line what ``"auto"`` passes over."""
+        if want not in (True, False, "auto"):
+            raise HpcioError(f"reader option odirect={want!r} is not true, false or auto",
+                             everywhere=True)
+        if want is False:
+            return False, "off (odirect=false)"
+        paths = self.ds.paths
+        why = None
+        if mpio or filewise or self.collective or shared is True:
+            why = ("reads go through HDF5's parallel I/O" if mpio else
+                   "records are files of their own" if filewise else
+                   "reads are collective (MPI-IO's two-phase I/O)" if self.collective else
+                   "the node-shared window is asked for (shared=true)")
+        elif self._mean < least:
+            why = (f"records of {self._mean / 1024:.1f} KiB on average, below "
+                   f"odirect_min={least:,} bytes (whole 4 KiB blocks per record would read "
+                   f"more than asked for)")
+        elif paths:
+            why = routes.direct_refusal(paths[0])
+            if why is None and want == "auto":
+                from ..cache import resident_fraction
+                res = resident_fraction(paths[:16])
+                if res >= 0.5:
+                    why = (f"{100 * res:.0f}% of the data is in the page cache already "
+                           f"(a warm cache is worth more than skipping it)")
+        if world.Get_size() > 1:
+            why = next((w for w in world.allgather(why) if w), None)
+        if why is None:
+            return True, (f"on: O_DIRECT reads of whole {routes.BLOCK:,}-byte blocks"
+                          + (" (odirect=auto)" if want == "auto" else ""))
+        if want is True:
+            raise HpcioError(f"reader option odirect=true: {self.ds.root}: {why}",
+                             everywhere=True)
+        return False, f"page cache (odirect=auto: {why})"
 
     @staticmethod
     def check(dataset, hdf5="offsets", **_):

@@ -19,6 +19,9 @@ route          reads
                nonblocking
 ``files``      file per record, or more files than MPI should open: ``open`` + ``preadv``
                per record on worker threads
+``direct``     ``O_DIRECT``: ``preadv`` of the records' ranges widened to whole blocks into a
+               page-aligned staging buffer, on worker threads, then one gather into place
+               (reader option ``odirect``; :class:`Direct` says when and why)
 ``hdf5``       HDF5's parallel I/O (:mod:`hpcio.readers.h5mpio`)
 ``shared``     the node's union read once into an MPI-3 shared window
                (:mod:`hpcio.readers.nodeshare`)
@@ -33,10 +36,12 @@ checked on the opened file (``fstat``).
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..errors import HpcioError
+from ..fsutil import aligned_empty
 from ..mpiutil import node_comm
 from . import h5mpio
 from .assemble import copy_records
@@ -46,7 +51,8 @@ from .nodeshare import NodeShare
 from .reads import plan_reads
 from .requests import advise_ranges
 
-__all__ = ["PATHS", "choose", "Views", "RecordFiles", "H5Parallel", "NodeShared"]
+__all__ = ["PATHS", "choose", "Views", "RecordFiles", "H5Parallel", "NodeShared", "Direct",
+           "BLOCK", "direct_refusal", "block_ranges"]
 
 
 # advice spans holes up to this (LMDB's page headers between values): one call per run of
@@ -70,7 +76,7 @@ class _Route:
         self.rd, self.ds, self.stats = rd, rd.ds, rd.stats
         self._stage = [None] * (rd.prefetch + 1)
         self._fds = []
-        if rd.willneed and self.name != "files":
+        if rd.willneed and self.name not in ("files", "direct"):
             self._fds = [os.open(p, os.O_RDONLY) for p in self.ds.paths]
             self.stats.opens += len(self._fds)
 
@@ -356,18 +362,151 @@ class RecordFiles(_Route):
             self.rd.files_check.check(np.unique(idx.file[ids]))
 
 
-PATHS = {p.name: p for p in (Views, RecordFiles, H5Parallel, NodeShared)}
+# O_DIRECT's alignment of offsets, lengths and memory: the page, a multiple of every
+# logical block size Linux devices have (512 B or 4 KiB); not st_blksize, which a parallel
+# file system sets to its stripe (Lustre: MiBs)
+BLOCK = 4096
+DIRECT_PIECE = 8 << 20  # at most this much per preadv: ranges above it split for the threads
+
+
+def direct_refusal(path):
+    """Why ``path`` cannot be read with ``O_DIRECT`` (one line), or None: opened with it
+    and one aligned block read (tmpfs refuses the open; some FUSE file systems the read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    except OSError as e:
+        return f"its file system refuses O_DIRECT ({e.strerror})"
+    try:
+        os.preadv(fd, [memoryview(aligned_empty(BLOCK))], 0)
+    except OSError as e:
+        return f"its file system refuses O_DIRECT reads ({e.strerror})"
+    finally:
+        os.close(fd)
+    return None
+
+
+def block_ranges(fil, off, length, span, block=BLOCK):
+    """The ranges to read for records at (file ``fil``, ``off``, ``length``), each widened
+    to whole ``block``s and merged where they overlap or touch: (range file, start, end)
+    and, per record, its range and its offset in the ranges laid end to end (the staging
+    buffer). ``span``: more than any file's size (files are kept apart as f x span)."""
+    a = off // block * block
+    e = -(-(off + length) // block) * block
+    order = np.lexsort((a, fil))
+    ga = fil[order] * span + a[order]
+    ge = fil[order] * span + e[order]
+    reach = np.maximum.accumulate(ge)
+    new = np.ones(len(ga), dtype=bool)
+    new[1:] = ga[1:] > reach[:-1]
+    first = np.flatnonzero(new)
+    rstart = ga[first]
+    rend = np.append(reach[first[1:] - 1], reach[-1]) if len(first) else rstart
+    rfile = rstart // span
+    at = np.concatenate(([0], np.cumsum(rend - rstart)))
+    which = np.empty(len(ga), dtype=np.int64)
+    which[order] = np.cumsum(new) - 1
+    pos = at[which] + (fil * span + off - rstart[which])
+    return rfile, rstart - rfile * span, rend - rfile * span, which, pos, int(at[-1])
+
+
+class Direct(_Route):
+    """Independent reads with ``O_DIRECT``: the disk's blocks go straight into a
+    page-aligned staging buffer by DMA, with no page-cache insertion, eviction or readahead
+    on the way, and then one numpy gather puts the records in place. A request's records
+    are widened to whole blocks (:func:`block_ranges`: neighbours merge, so sequential plans
+    become large reads) and the ranges are read by ``threads`` workers at once, which gives
+    the disk a queue to reorder; the kernel's readahead, which the page-cache path relies
+    on, does not apply, and ``POSIX_FADV_WILLNEED`` would only fill the cache with pages
+    these reads never look at. MPI-IO is left out: ROMIO opens its own descriptors and
+    has no portable way to ask for ``O_DIRECT`` on them."""
+
+    name = "direct"
+
+    def __init__(self, rd):
+        super().__init__(rd)
+        self._dfd = []
+        try:
+            for p in self.ds.paths:
+                self._dfd.append(os.open(p, os.O_RDONLY | os.O_DIRECT))
+                self.stats.opens += 1
+        except OSError as e:
+            self.close()
+            raise HpcioError(f"{e.filename}: cannot open it with O_DIRECT ({e.strerror})")
+        sizes = self.ds.index.file_bytes
+        self._span = (int(max(sizes)) if len(sizes) else 0) + 2 * BLOCK
+        self._pool = ThreadPoolExecutor(rd.threads, thread_name_prefix="hpcio-direct") \
+            if rd.threads > 1 else None
+
+    def advise(self, r):
+        pass
+
+    def read(self, r, buf, files, nonblocking=False):
+        idx = self.ds.index
+        ids = r.ids
+        fil, off, ln = idx.file[ids], idx.offset[ids], idx.length[ids]
+        rf, ra, re_, which, pos, total = block_ranges(fil, off, ln, self._span)
+        stage = self.stage(0, total)  # one read at a time: on the I/O thread
+        # what each range must hold: up to its last record's end (the block after it may
+        # lie past the end of the file, where a read returns short)
+        need = np.zeros(len(ra), dtype=np.int64)
+        np.maximum.at(need, which, off + ln - ra[which])
+        at = np.concatenate(([0], np.cumsum(re_ - ra)))
+        pieces = []
+        for j, a, e, s, k in zip(rf.tolist(), ra.tolist(), re_.tolist(), at[:-1].tolist(),
+                                 range(len(ra))):
+            while a < e:  # long ranges split so that the threads share them
+                n = min(DIRECT_PIECE, e - a)
+                pieces.append((j, a, n, s, k))
+                a, s = a + n, s + n
+        got = np.zeros(len(ra), dtype=np.int64)
+        mv = memoryview(stage)
+        dfd = self._dfd
+
+        def one(piece):
+            j, a, n, s, k = piece
+            return k, os.preadv(dfd[j], [mv[s:s + n]], a)
+        done = self._pool.map(one, pieces) if self._pool is not None and len(pieces) > 1 \
+            else map(one, pieces)
+        for k, n in done:
+            got[k] += n
+        self.stats.calls += len(pieces)
+        self.stats.read_bytes += total
+        short = np.flatnonzero(got < need)
+        if len(short):
+            k = int(short[0])
+            self.rd.files_check.check([int(rf[k])])  # a shard that changed names itself
+            raise HpcioError(f"{self.ds.paths[int(rf[k])]}: read {int(got[k])} of "
+                             f"{int(need[k])} bytes at offset {int(ra[k])} with O_DIRECT: a "
+                             f"record lies beyond the end of the file (the index does not "
+                             f"match the data)")
+        copy_records(stage, pos, r.off[:-1], ln, buf)
+        self.rd.files_check.check(np.unique(rf))
+
+    def close(self):
+        if getattr(self, "_pool", None) is not None:
+            self._pool.shutdown()
+            self._pool = None
+        for fd in getattr(self, "_dfd", []):
+            os.close(fd)
+        self._dfd = []
+        super().close()
+
+
+PATHS = {p.name: p for p in (Views, RecordFiles, H5Parallel, NodeShared, Direct)}
 
 
 def choose(rd, mpio, filewise, shared, mean_record, share_min):
     """The read route for reader ``rd``: parallel HDF5 when asked, per-record files for
-    image folders and very many files, the node-shared window when asked (``shared=True``)
+    image folders and very many files, ``O_DIRECT`` reads when the reader settled on them
+    (``rd.odirect``), the node-shared window when asked (``shared=True``)
     or, with ``shared="auto"``, for independent reads of records of at least
     ``share_min`` bytes by several ranks of a node; MPI-IO file views otherwise."""
     if mpio:
         return H5Parallel(rd)
     if filewise:
         return RecordFiles(rd)
+    if rd.odirect:
+        return Direct(rd)
     if not (rd.collective or rd.mechanism == "nonblocking") and shared:
         node = node_comm(rd.comm)
         want = None if shared == "auto" else True

@@ -46,7 +46,7 @@ from ..measure.clock import mpi_started
 from ..measure.clock import offsets as clock_offsets
 from ..mpiutil import node_comm, on_root
 
-__all__ = ["World", "init_world", "pick_device", "DISTS", "TorchDist", "HorovodDist",
+__all__ = ["World", "init_world", "pick_device", "HOST", "HostDevice", "DISTS", "TorchDist", "HorovodDist",
            "NoDist", "check_dist", "make_dist", "free_port", "master_address",
            "init_process_group", "FirstBucket"]
 
@@ -86,8 +86,26 @@ def init_world(comm=None):
                  socket.gethostname(), node, started, offset, rtt)
 
 
+@dataclass(frozen=True)
+class HostDevice:
+    """The host, for a run that imports no torch (an emulated step reads bytes and hands
+    them to no device): what the trainer and the results ask of a device."""
+
+    type: str = "cpu"
+    index: object = None
+
+    def __str__(self):
+        return "cpu"
+
+
+HOST = HostDevice()
+
+
 def pick_device(world, want="auto"):
-    """``cuda:<local rank mod GPUs>`` when a GPU is there (and wanted), else CPU."""
+    """``cuda:<local rank mod GPUs>`` when a GPU is there (and wanted), else CPU;
+    ``host``: :data:`HOST`, without importing torch."""
+    if want == "host":
+        return HOST
     import torch  # torch: seconds; dist loads with the command line (exchange.py)
     have = torch.cuda.is_available()
     missing = 1 if want == "cuda" and not have else 0

@@ -32,9 +32,14 @@ gradients, its reference parameter count x 4 bytes. Nothing is derived from the 
 preset any more: the step the workloads define has no gradient exchange.
 
 Transports (``--exchange-via``, for the barrier always and a measured allreduce), in a
-registry:
+registry; the default, ``auto``, is ``tcp`` for a step with no bytes to move (the barrier,
+a fabric's sleep) and ``gloo`` for a measured allreduce:
 
-* ``gloo`` (default): ``torch.distributed`` over gloo, on host memory. Its TCP transport
+* ``tcp``: a zero-byte dissemination barrier over plain TCP sockets (:class:`TcpExchange`):
+  gloo's barrier algorithm without torch, so an emulated rank that asks for nothing else of
+  torch never imports it (seconds and ~200 MB per rank). Like gloo it takes no MPI lock and
+  waits blocked. Barrier only: an allreduce of bytes goes over gloo or MPI.
+* ``gloo``: ``torch.distributed`` over gloo, on host memory. Its TCP transport
   takes no MPI lock. MPICH's MPI_THREAD_MULTIPLE serialises every MPI call of a process
   behind one lock, so while the coordinated reader's I/O thread sits in a blocking MPI-IO
   read, an MPI collective of the training thread waits for that read: the reader's I/O
@@ -63,7 +68,7 @@ from ..measure.probes import mem_available
 from .dist import init_process_group
 from .models import MODELS
 
-__all__ = ["EXCHANGE_MODELS", "TRANSPORTS", "MODES", "exchange_size", "ring_allreduce_s",
+__all__ = ["EXCHANGE_MODELS", "TRANSPORTS", "MODES", "AUTO_VIA", "TcpExchange", "exchange_size", "ring_allreduce_s",
            "exchange_plan", "check_fits", "make_exchange", "NoExchange", "GlooExchange",
            "MpiExchange", "FabricExchange"]
 
@@ -71,6 +76,7 @@ EXCHANGE_MODELS = (*MODELS, "none")
 GRAD_BYTES = 4  # float32 gradients
 #: what ends an emulated step (the module docstring)
 MODES = ("barrier", "fabric", "measured", "none")
+AUTO_VIA = "auto"  # --exchange-via's default: tcp with no bytes to move, else gloo
 
 _now = time.perf_counter
 
@@ -105,8 +111,16 @@ def exchange_plan(model, nbytes, via, fabric, ranks, nodes=1):
     synchronisation), "via" (the barrier's transport, and the allreduce's when measured),
     "fabric" (the declared fabric and ``allreduce_s``, the per-step time emulated; else
     None), "what" (one line for the summary)}. ``fabric``: a :func:`hpcio.cli.fabric`
-    mapping or None."""
+    mapping or None. ``via`` ``auto``: ``tcp`` when no bytes move (the barrier, a
+    fabric's sleep after it), ``gloo`` for a measured allreduce."""
     size, words = exchange_size(model, nbytes)
+    moves = size is not None and size > 0 and fabric is None
+    if via == AUTO_VIA:
+        via = "gloo" if moves else "tcp"
+    elif via == "tcp" and moves:
+        raise HpcioError(f"--exchange-via tcp is a barrier only: an allreduce of {size:,} "
+                         f"bytes goes over gloo or mpi (or give --exchange-fabric to emulate "
+                         f"its time)", everywhere=True)
     if size is None:
         return {"mode": "none", "bytes": None, "via": "none", "fabric": None, "what": words}
     if ranks == 1:
@@ -238,7 +252,89 @@ class FabricExchange(NoExchange):
         self.barrier.close()
 
 
-TRANSPORTS = {cls.name: cls for cls in (GlooExchange, MpiExchange)}
+class TcpExchange(NoExchange):
+    """A zero-byte dissemination barrier over TCP sockets, gloo's algorithm without torch:
+    in round k (of ceil(log2 P)) each rank sends one byte to rank r + 2^k and waits for one
+    from rank r - 2^k (mod P); after the last round every rank has heard, through some
+    chain, from every other. Connections are made once, at set-up (addresses exchanged in
+    one MPI allgather); each step then costs 2 log2 P one-byte messages per rank and no MPI
+    call, so an MPI-IO read on the reader's thread cannot hold it up."""
+
+    name = "tcp"
+
+    def __init__(self, world, nbytes, said=None):
+        if nbytes:
+            raise HpcioError("--exchange-via tcp is a barrier only", everywhere=True)
+        self.said, self.rounds = said, []
+        me, size = world.rank, world.size
+        dists = []
+        while (1 << len(dists)) < size:
+            dists.append(1 << len(dists))
+        with socket.create_server(("", 0), backlog=max(8, 2 * len(dists))) as server:
+            addr = "127.0.0.1" if world.nodes == 1 else _own_address(world.hostname)
+            book = world.comm.allgather((addr, server.getsockname()[1], world.hostname))
+            self.hosts = {b[0]: b[2] for b in book}
+            outs = []
+            for d in dists:  # the listeners' backlogs take these before anyone accepts
+                out = socket.create_connection(book[(me + d) % size][:2], timeout=600)
+                out.settimeout(None)
+                out.sendall(me.to_bytes(4, "little"))
+                outs.append(out)
+            ins = {}
+            for _ in dists:
+                conn, _addr = server.accept()
+                conn.settimeout(None)
+                peer = int.from_bytes(_recv_exact(conn, 4), "little")
+                ins[(me - peer) % size] = conn
+        for s in outs + list(ins.values()):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.rounds = [(outs[k], ins[d], (me - d) % size) for k, d in enumerate(dists)]
+        self.book = book
+
+    def __call__(self, arrived):
+        for out, inn, peer in self.rounds:
+            try:
+                out.sendall(b"\x01")
+                got = inn.recv(1)
+            except OSError:
+                got = b""
+            if not got:
+                addr, _, host = self.book[peer]
+                raise HpcioError(f"the step's barrier lost its connection to rank {peer} on "
+                                 f"{host} ({addr}): that rank ended or its node went down; "
+                                 f"what this rank measured is flushed", once=self.said)
+        t = _now()
+        return t, t
+
+    def close(self):
+        for out, inn, _ in self.rounds:
+            out.close()
+            inn.close()
+        self.rounds = []
+
+
+def _recv_exact(conn, n):
+    buf = b""
+    while len(buf) < n:
+        got = conn.recv(n - len(buf))
+        if not got:
+            raise HpcioError("the step's barrier: a rank closed its connection during "
+                             "set-up", everywhere=True)
+        buf += got
+    return buf
+
+
+def _own_address(hostname):
+    """This node's address for the other nodes: the first non-loopback address its name
+    resolves to, else the name itself (left to their resolver)."""
+    try:
+        addrs = socket.gethostbyname_ex(hostname)[2]
+    except OSError:
+        addrs = []
+    return next((a for a in addrs if not a.startswith("127.")), hostname)
+
+
+TRANSPORTS = {cls.name: cls for cls in (TcpExchange, GlooExchange, MpiExchange)}
 
 _PEER = re.compile(r"(Connection (?:reset|closed) by peer|Read error|Connection refused)"
                    r".*?\[([0-9A-Fa-f:.]+)\]:\d+|\[([0-9A-Fa-f:.]+)\]:\d+.*?"

@@ -38,7 +38,6 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from ..explain.summary import run_summary
 from ..cache import WARM_AFTER_COLD, cache_state, describe, warm_nodes_line
@@ -46,7 +45,7 @@ from ..data.dataset import NO_CRC, open_dataset
 from ..errors import HpcioError, report_to
 from ..fsutil import jsonable
 from ..measure import darshan
-from ..measure.probes import counters, delta, os_view, rss_bytes
+from ..measure.probes import counters, delta, os_view, process_age_s, rss_bytes
 from ..measure.provenance import provenance
 from ..measure.rundir import (Flusher, RunDir, capture_env, check_space, default_name,
                                gather_hosts, results_bytes)
@@ -61,15 +60,15 @@ from ..readers import READERS, check_dataset, make_reader
 from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpoint
 from .computetime import ComputeTime
 from .dist import check_dist, init_world, make_dist, pick_device
-from .emulate import SPEC, EmulatedModel, ReadOnly
+from .emulate import SPEC, EmulatedModel, ReadOnly, as_module
 from .exchange import NoExchange, check_fits, exchange_plan, make_exchange
 from .models import make_model
 from ..workloads import FORMATS as FORMATS_OF_WORKLOAD
 from .options import parse_args, reader_options
-from .pipeline import Pipeline
 from .stop import StopFlag, StopVote, Watchdog, signal_exit, signal_name
 
-__all__ = ["main", "setup", "train", "write_results", "Training", "Step", "torch_threads"]
+__all__ = ["main", "setup", "train", "write_results", "Training", "Step", "torch_threads",
+           "torch_needs"]
 
 _now = time.perf_counter
 # GIL hand-over interval (Python default 5 ms): the training thread must get the GIL
@@ -98,6 +97,7 @@ class Step:
     synchronised on GPU so its time is the device's, not the launch's."""
 
     def __init__(self, model, optimizer, device):
+        import torch  # torch: seconds; a real model's run
         self.torch = torch
         self.model, self.optimizer, self.device = model, optimizer, device
         self.cuda = device.type == "cuda"
@@ -127,6 +127,26 @@ class EmulatedStep:
 
 
 FAULT_FINALIZE = "finalize"
+
+
+def torch_needs(args, exchange):
+    """What this run asks of torch, as words for config.yaml: empty for an emulated run
+    that hands its bytes to no device, keeps no checkpoint, preprocesses nothing into
+    tensors and ends its steps without gloo. Such a run never imports torch: its ranks
+    start in about a second and hold tens of MB, not ~5 s and ~230 MB each, which is what
+    lets one node emulate many accelerators (``benchmarks/bench_client.py``)."""
+    needs = []
+    if args.model != "emulate":
+        needs.append(f"model {args.model}")
+    if args.preprocess == "on":
+        needs.append("preprocessing into tensors")
+    if args.device == "cuda":
+        needs.append("--device cuda (each batch copied to the GPU)")
+    if args.checkpoint_every:
+        needs.append("checkpoints")
+    if exchange.get("mode") in ("barrier", "fabric", "measured") and exchange.get("via") == "gloo":
+        needs.append("the step's exchange over gloo")
+    return needs
 
 
 def _fault():
@@ -231,7 +251,8 @@ def _jsonable(v):
 
 @dataclass
 class Training:
-    """What one training run has set up: the job, the data, the model and where results go."""
+    """What one training run has set up: the job, the data, the model and where results go.
+    ``torch``: whether the run uses torch (:func:`torch_needs`); batches are tensors then."""
 
     args: object
     world: object
@@ -255,6 +276,7 @@ class Training:
     exchange: object = field(default_factory=NoExchange)
     exchange_info: dict = field(default_factory=dict)
     trace: TraceWriter = None  # --trace: this rank's DFTracer trace
+    torch: bool = True
 
 
 @dataclass
@@ -274,6 +296,7 @@ class Trained:
     origin_unix: float = 0.0
     flusher: Flusher = None
     flushed: tuple = ()  # (steps, epochs, checkpoints) in the last flush
+    startup: dict = field(default_factory=dict)  # the rank's cost before its first read
 
 
 def _steps_per_epoch(args, plan, records, world):
@@ -296,12 +319,16 @@ def setup(args):
                   waiting="the run's set-up (device, dataset checks: collectives)")
     wd.start()
     threads = torch_threads(world, args.torch_threads)
-    torch.set_num_threads(threads)
-    torch.manual_seed(args.seed)
     sys.setswitchinterval(SWITCH_INTERVAL)
-    device = pick_device(world, args.device)
     dist_name = "none" if args.model == "emulate" else args.dist
     check_dist(dist_name, world)
+    exchange_info = _exchange_plan(args, world, dist_name)
+    needs = torch_needs(args, exchange_info)
+    if needs:
+        import torch  # torch: seconds and ~200 MB; only for runs that ask for it
+        torch.set_num_threads(threads)
+        torch.manual_seed(args.seed)
+    device = pick_device(world, args.device if needs else "host")
     ds = open_dataset(args.data, world.comm)
     check_dataset(args.reader, ds, reader_options(args))
     _check_workload(args.workload_info, ds, world.rank)
@@ -310,7 +337,8 @@ def setup(args):
         print(NO_CRC.format(root=ds.root), file=sys.stderr, flush=True)
     wd.mark("the model's construction")
     model, spec = _build_model(args, ds, world)
-    exchange_info = _exchange_plan(args, world, dist_name)
+    if needs and args.model == "emulate":
+        model = as_module(model)  # optimiser, DDP wrap and checkpoints work unchanged
     input_shape = _input_shape(args, ds, spec)
     plan0 = make_plan(ds.records, world.size, world.rank, args.batch, epoch=0,
                       seed=args.seed, shuffle=args.shuffle, drop_last=args.drop_last,
@@ -318,12 +346,13 @@ def setup(args):
     steps_per_epoch = _steps_per_epoch(args, plan0, ds.records, world)
     classes = ds.classes if ds.classes is not None else getattr(spec, "classes", None)
     if args.preprocess == "on":
+        from .pipeline import Pipeline  # torch: only runs that make tensors
         pipe = Pipeline(ds.manifest, input_shape, threads=args.threads,
                         prefetch=args.prefetch, augment=args.augment, offline=args.offline,
                         seed=args.seed * 1_000_003 + world.rank,
                         pin_memory=device.type == "cuda", classes=classes)
     else:
-        pipe = ReadOnly(args.prefetch)
+        pipe = ReadOnly(args.prefetch, tensors=bool(needs))
     wd.mark("the run directory's claim (a collective)")
     out_path = args.out or os.path.join("runs", default_name(args.reader, args.model,
                                                            world.size))
@@ -348,11 +377,13 @@ def setup(args):
     wd.mark("the gradient exchange's set-up (collectives)")
     dist = make_dist(dist_name, world, device)
     exchange = make_exchange(exchange_info, world, said=out.file(RunDir.LOST_PEER_SAID))
-    model = model.to(device)
-    wd.mark("the optimiser's set-up (its first use imports torch's compiler, seconds)")
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-    wd.mark("the model's broadcast to every rank (a collective)")
-    model, optimizer = dist.wrap(model, optimizer)
+    optimizer = None
+    if needs:
+        model = model.to(device)
+        wd.mark("the optimiser's set-up (its first use imports torch's compiler, seconds)")
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+        wd.mark("the model's broadcast to every rank (a collective)")
+        model, optimizer = dist.wrap(model, optimizer)
     step_fn = EmulatedStep(model) if args.model == "emulate" else Step(model, optimizer,
                                                                       device)
     wd.mark("the environment's capture (a collective)")
@@ -376,6 +407,7 @@ def setup(args):
         "dist_backend": getattr(dist, "backend", dist_name), "dist_used": dist_name,
         "device_rank0": str(device), "torch_threads": threads,
         "checkpoint_dir": ckpt_dir, "reader_options": ropts, "exchange": exchange_info,
+        "torch": needs or "not imported: an emulated run that asks for no torch feature",
     })
     if world.rank == 0:
         config = _jsonable(config)
@@ -384,7 +416,7 @@ def setup(args):
         out.write_provenance(provenance(env, config, gathered))
     return Training(args, world, device, ds, model, optimizer, dist, step_fn, pipe, out, ropts,
                reopen, steps_per_epoch, threads, ckpt_dir, _fault(), t_begin, wd, env,
-               exchange, exchange_info, trace)
+               exchange, exchange_info, trace, bool(needs))
 
 
 
@@ -422,11 +454,15 @@ def train(run):
     when the ranks vote to (a signal). Returns what this rank measured; if it fails, what
     it measured until then is flushed first."""
     args, world, wd = run.args, run.world, run.watchdog
+    startup = {"process_age_s": process_age_s(), "rss_bytes": rss_bytes(),
+               "torch_imported": "torch" in sys.modules,
+               "at": "set-up done, before the first read (the process's age: its launch, "
+                     "imports, MPI start and set-up)"}
     origin, origin_unix = _now(), time.time()  # step t0s are relative to this moment
     total = args.epochs * run.steps_per_epoch
     t = Trained(StepLog(total, origin=origin), np.full(total, np.nan),
                 Sampler(args.sample_interval, run.ds.root, run.device, origin=origin),
-                StopFlag(), origin_unix=origin_unix)
+                StopFlag(), origin_unix=origin_unix, startup=startup)
     t.flusher = Flusher(lambda: _flush(run, t), args.flush_interval,
                         label=f"hpcio.train: rank {world.rank}")
     if run.trace is not None:
@@ -500,7 +536,8 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
     :mod:`hpcio.measure.steps`); returns (steps done, start, end)."""
     world, device, step_fn, log, wd, exchange = (run.world, run.device, run.step_fn, t.log,
                                                  run.watchdog, run.exchange)
-    cuda = device.type == "cuda"
+    cuda, tensors = device.type == "cuda", run.torch
+    sync = sys.modules["torch"].cuda.synchronize if cuda else None
     every = run.args.checkpoint_every
     gstep = log.n
     it = run.pipe.run(reader.epoch(plan), epoch=epoch, lease=reader.lease)
@@ -516,10 +553,13 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
             b = next(it)
             t1 = _now()
             wd.mark(WAIT_STEP)
-            x = b.x.to(device, non_blocking=True)
-            y = b.y.to(device, non_blocking=True)
-            if cuda:
-                torch.cuda.synchronize(device)
+            if tensors:
+                x = b.x.to(device, non_blocking=True)
+                y = b.y.to(device, non_blocking=True)
+                if cuda:
+                    sync(device)
+            else:  # an emulated step without torch: the bytes stay where they are
+                x, y = b.x, b.y
             t2 = _now()
             loss = step_fn(x, y)
             t3 = _now()
@@ -588,7 +628,7 @@ def _write_rank(run, t, partial):
         "origin_unix": t.origin_unix, "mpi_init_unix": world.mpi_init_unix,
         "clock": {"offset_s": world.clock_offset_s, "rtt_s": world.clock_rtt_s,
                   "of": "this node's clock minus rank 0's"},
-        "train_s": t.t_train, "epochs": list(t.epochs),
+        "train_s": t.t_train, "startup": t.startup, "epochs": list(t.epochs),
         "checkpoints": list(t.checkpoints),
         "reader_stats": _jsonable(dict(stats, **totals)),
         "reader_reopened_each_epoch": run.reopen, "summary": rsum,
@@ -622,7 +662,8 @@ def write_results(run, t):
             verify = "size"  # an index without CRCs
         signum = _write_summary(run.out, run.args, world, gathered, t.cut, t.stop,
                                 run.steps_per_epoch, t.t_train, _now() - run.t_begin,
-                                t.epochs, run.exchange_info, verify, barrier)
+                                t.epochs, run.exchange_info, verify, barrier,
+                                t.reader_stats.get("odirect"))
     else:
         signum = None
     wd.mark(WAIT_SUMMARY)
@@ -744,7 +785,7 @@ def barrier_per_step(comm, arrays):
 
 
 def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_train,
-                   t_total, epochs, exchange, verify, barrier=None):
+                   t_total, epochs, exchange, verify, barrier=None, odirect=None):
     per_rank = [g[0] for g in gathered]
     signum = next((g[4] for g in gathered if g[4]), None)
     ckpts = [c for g in gathered for c in g[1]]
@@ -771,6 +812,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
     tail = {
         "cache": epochs[0]["cache"] if epochs else None,
         "disk_read_bytes": disk,
+        "reader_odirect": odirect,
         "checkpoints": {"count": len(ckpts),
                         "seconds": sum(c["seconds"] for c in ckpts),
                         "bytes": sum(c["bytes"] for c in ckpts),
@@ -792,6 +834,8 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         if warm:
             text += f"\n  {warm}"
     text += f"\n  gradient exchange: {exchange['what']}"
+    if odirect:  # the coordinated reader's O_DIRECT choice, and why
+        text += f"\n  O_DIRECT: {odirect}"
     if ckpts:
         text += (f"\n  checkpoints: {len(ckpts)}, {summary['checkpoints']['seconds']:.3f} s, "
                  f"{summary['checkpoints']['mib_per_s_mean']:.1f} MiB/s mean")
