@@ -44,6 +44,7 @@ from collections import deque
 
 import numpy as np
 
+from ..cache import resident_fraction
 from ..data.dataset import compressed_records
 from ..errors import HpcioError
 from ..mpicompat import check_romio
@@ -173,7 +174,6 @@ class CoordinatedReader(Reader):
         elif paths:
             why = routes.direct_refusal(paths[0])
             if why is None and want == "auto":
-                from ..cache import resident_fraction
                 res = resident_fraction(paths[:16])
                 if res >= 0.5:
                     why = (f"{100 * res:.0f}% of the data is in the page cache already "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Loader", "Prepared"]
+__all__ = ["Loader", "Prepared", "Pending"]
 
 _now = time.perf_counter
 
@@ -55,7 +55,7 @@ class _Failure:
 _END = object()
 
 
-class _Pending:
+class Pending:
     """A batch handed to the workers: its tensor is filled chunk by chunk."""
 
     __slots__ = ("step", "x", "y", "ids", "nbytes", "t0", "t1", "t_sub", "futures", "io_s")
@@ -110,7 +110,7 @@ class Loader:
     emulated model's :class:`hpcio.train.emulate.ReadOnly`): a loader thread asks
     ``batches`` for batch j once the consumer has asked for batch j - ``prefetch``,
     stamps the request (t0, t1) and queues ``submit(batch, t0, t1)``; ``next()`` returns
-    it in order (a :class:`_Pending` once its workers are done)."""
+    it in order (a :class:`Pending` once its workers are done)."""
 
     def __init__(self, batches, submit, prefetch, name="hpcio-loader"):
         self._q = queue.SimpleQueue()
@@ -139,7 +139,7 @@ class Loader:
         if isinstance(item, _Failure):
             self.close()
             raise item.exc
-        if not isinstance(item, _Pending):
+        if not isinstance(item, Pending):
             return item
         try:
             return item.result()
@@ -159,7 +159,7 @@ class Loader:
                 item = self._q.get_nowait()
             except queue.Empty:
                 break
-            if isinstance(item, _Pending):
+            if isinstance(item, Pending):
                 item.cancel()
         if timeout and self._thread is not threading.current_thread():
             self._thread.join(timeout)

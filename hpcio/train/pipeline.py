@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import HpcioError, lookup
-from .loader import Loader, Prepared, _Pending
+from .loader import Loader, Prepared, Pending
 from .decode import (DECODERS, MODES, decode_images, decode_records, element_type,
                      raw_view, sample_shape, unwrapper)
 
@@ -219,7 +219,7 @@ class Pipeline:
         futures = [self._pool.submit(self._chunk, data, offsets, ids, int(lo), int(hi), x,
                                      deltas)
                    for lo, hi in zip(cuts[:-1], cuts[1:]) if hi > lo]
-        return _Pending(b.step, x, y, ids, end - start, t0, t1, _now(), futures,
+        return Pending(b.step, x, y, ids, end - start, t0, t1, _now(), futures,
                         float(getattr(b, "fetch_s", 0.0)))
 
     def _chunk(self, data, offsets, ids, lo, hi, x, deltas):

@@ -324,11 +324,7 @@ def setup(args):
     check_dist(dist_name, world)
     exchange_info = _exchange_plan(args, world, dist_name)
     needs = torch_needs(args, exchange_info)
-    if needs:
-        import torch  # torch: seconds and ~200 MB; only for runs that ask for it
-        torch.set_num_threads(threads)
-        torch.manual_seed(args.seed)
-    device = pick_device(world, args.device if needs else "host")
+    device = _device(args, world, needs, threads)
     ds = open_dataset(args.data, world.comm)
     check_dataset(args.reader, ds, reader_options(args))
     _check_workload(args.workload_info, ds, world.rank)
@@ -345,14 +341,7 @@ def setup(args):
                       block=args.block, window=args.window)
     steps_per_epoch = _steps_per_epoch(args, plan0, ds.records, world)
     classes = ds.classes if ds.classes is not None else getattr(spec, "classes", None)
-    if args.preprocess == "on":
-        from .pipeline import Pipeline  # torch: only runs that make tensors
-        pipe = Pipeline(ds.manifest, input_shape, threads=args.threads,
-                        prefetch=args.prefetch, augment=args.augment, offline=args.offline,
-                        seed=args.seed * 1_000_003 + world.rank,
-                        pin_memory=device.type == "cuda", classes=classes)
-    else:
-        pipe = ReadOnly(args.prefetch, tensors=bool(needs))
+    pipe = _loader(args, ds, input_shape, world, device, classes, needs)
     wd.mark("the run directory's claim (a collective)")
     out_path = args.out or os.path.join("runs", default_name(args.reader, args.model,
                                                            world.size))
@@ -377,13 +366,7 @@ def setup(args):
     wd.mark("the gradient exchange's set-up (collectives)")
     dist = make_dist(dist_name, world, device)
     exchange = make_exchange(exchange_info, world, said=out.file(RunDir.LOST_PEER_SAID))
-    optimizer = None
-    if needs:
-        model = model.to(device)
-        wd.mark("the optimiser's set-up (its first use imports torch's compiler, seconds)")
-        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
-        wd.mark("the model's broadcast to every rank (a collective)")
-        model, optimizer = dist.wrap(model, optimizer)
+    model, optimizer = _optimised(args, model, device, dist, wd) if needs else (model, None)
     step_fn = EmulatedStep(model) if args.model == "emulate" else Step(model, optimizer,
                                                                       device)
     wd.mark("the environment's capture (a collective)")
@@ -418,6 +401,39 @@ def setup(args):
                reopen, steps_per_epoch, threads, ckpt_dir, _fault(), t_begin, wd, env,
                exchange, exchange_info, trace, bool(needs))
 
+
+
+def _device(args, world, needs, threads):
+    """The run's device, and torch's threads and seed when the run uses torch at all (its
+    import costs seconds and ~200 MB: only for runs that ask for it)."""
+    if not needs:
+        return pick_device(world, "host")
+    import torch  # torch: seconds and ~200 MB; only for runs that ask for it
+    torch.set_num_threads(threads)
+    torch.manual_seed(args.seed)
+    return pick_device(world, args.device)
+
+
+def _loader(args, ds, input_shape, world, device, classes, needs):
+    """What turns the reader's batches into the step's input: the preprocessing pipeline
+    (tensors), or the emulated step's read-only loader (bytes; tensors when torch is used)."""
+    if args.preprocess != "on":
+        return ReadOnly(args.prefetch, tensors=bool(needs))
+    from .pipeline import Pipeline  # torch: only runs that make tensors
+    return Pipeline(ds.manifest, input_shape, threads=args.threads, prefetch=args.prefetch,
+                    augment=args.augment, offline=args.offline,
+                    seed=args.seed * 1_000_003 + world.rank,
+                    pin_memory=device.type == "cuda", classes=classes)
+
+
+def _optimised(args, model, device, dist, wd):
+    """The model on its device with its optimiser, wrapped for the gradient exchange."""
+    import torch  # torch: imported already by _device for such runs
+    model = model.to(device)
+    wd.mark("the optimiser's set-up (its first use imports torch's compiler, seconds)")
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    wd.mark("the model's broadcast to every rank (a collective)")
+    return dist.wrap(model, optimizer)
 
 
 def _exchange_plan(args, world, dist_name):
