@@ -8,7 +8,8 @@ disk's own sequential write and read bandwidth measured in the same run.
 Per rank count, ``repeat`` rounds; each round first measures the disk (one process writes
 as many bytes as a checkpoint holds in 8 MiB writes and fsyncs: bytes / (writes + fsync);
 then evicts the file and reads it back: the "dd" rows), then runs ``python -m
-hpcio.checkpoint run`` once per writer (writers in a rotated order from round to round),
+hpcio.checkpoint run`` once per writer (writers in a rotated order from round to round;
+``coordinated-fpr`` is the coordinated writer with a file per rank, ``--files`` = ranks),
 ``--checkpoints`` checkpoints each, MLPerf's sequence (write all, evict, read all; each
 figure the mean of the per-checkpoint rates, GiB/s = checkpoint bytes over the slowest
 rank's time). A writer's figure is the median over rounds; ``dd`` likewise. Printed: the
@@ -41,7 +42,12 @@ from hpcio.fsutil import evict  # noqa: E402
 from hpcio.measure.probes import loadavg  # noqa: E402
 from hpcio.mpiutil import launcher  # noqa: E402
 
-WRITERS = ("dcp", "torch_save", "coordinated")
+#: the rows: name -> (--writer, more flags given the rank count); "coordinated-fpr" is the
+#: coordinated writer with a file per rank (--files = ranks), its better setting on a local
+#: disk (docs/checkpoints.md: ext4 serialises the writers of one file)
+WRITERS = {"dcp": ("dcp", lambda n: []), "torch_save": ("torch_save", lambda n: []),
+           "coordinated": ("coordinated", lambda n: []),
+           "coordinated-fpr": ("coordinated", lambda n: ["--files", str(n)])}
 BLOCK = 8 << 20
 
 
@@ -73,14 +79,16 @@ def disk(path, nbytes):
 
 
 def one(a, ranks, writer):
-    """One ``hpcio.checkpoint run``: its summary.json."""
+    """One ``hpcio.checkpoint run`` of row ``writer``: its metric, and the fraction of the
+    files left in the page cache after the eviction."""
+    flag, more = WRITERS[writer]
     d = os.path.join(a.dir, f"ckpt-{writer}-n{ranks}")
     out = os.path.join(a.dir, f"run-{writer}-n{ranks}")
     for p in (d, out):
         shutil.rmtree(p, ignore_errors=True)
     cmd = [launcher(), "-n", str(ranks), sys.executable, "-m", "hpcio.checkpoint", "run",
-           "--model", a.model, "--scale", str(a.scale), "--writer", writer, "--dir", d,
-           "--out", out, "--checkpoints", str(a.checkpoints)]
+           "--model", a.model, "--scale", str(a.scale), "--writer", flag, "--dir", d,
+           "--out", out, "--checkpoints", str(a.checkpoints), *more(ranks)]
     p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if p.returncode:
         sys.exit(f"bench_checkpoint: {writer} at {ranks} ranks failed: "
@@ -114,9 +122,10 @@ def main():
             l0 = loadavg()
             w, rd = disk(os.path.join(a.dir, "dd.bin"), size)
             rows.setdefault((ranks, "dd"), []).append({"write": w, "read": rd, "load": l0})
-            print(f"  n={ranks} round {r + 1} dd           write {w:.3f} read {rd:.3f} GiB/s "
+            print(f"  n={ranks} round {r + 1} dd              write {w:.3f} read {rd:.3f} GiB/s "
                   f"(load {l0:.2f})", flush=True)
-            order = WRITERS[r % len(WRITERS):] + WRITERS[:r % len(WRITERS)]
+            names = list(WRITERS)
+            order = names[r % len(names):] + names[:r % len(names)]
             for writer in order:
                 l0 = loadavg()
                 m = one(a, ranks, writer)
@@ -126,7 +135,7 @@ def main():
                     "resident_before_read": m["resident"], "load": l0,
                     "load_after": loadavg()})
                 last = rows[(ranks, writer)][-1]
-                print(f"  n={ranks} round {r + 1} {writer:<12} write {last['write']:.3f}"
+                print(f"  n={ranks} round {r + 1} {writer:<15} write {last['write']:.3f}"
                       f" read {last['read']:.3f} GiB/s  (load {l0:.2f} -> "
                       f"{loadavg():.2f}; {100 * m['resident']:.1f}% of the files in the page "
                       f"cache after eviction)", flush=True)
@@ -134,14 +143,16 @@ def main():
            for k, v in rows.items()}
     print(f"\n{a.model} scale {a.scale:g}: {size / GIB:.3f} GiB per checkpoint, "
           f"{a.checkpoints} checkpoints per run, median of {a.repeat} rounds (GiB/s)")
-    print(f"{'ranks':>5} {'writer':<12} {'write':>8} {'read':>8}")
+    print(f"{'ranks':>5} {'writer':<15} {'write':>8} {'read':>8}")
     for (ranks, writer), m in sorted(med.items()):
-        print(f"{ranks:>5} {writer:<12} {m['write']:>8.3f} {m['read']:>8.3f}")
+        print(f"{ranks:>5} {writer:<15} {m['write']:>8.3f} {m['read']:>8.3f}")
     for ranks in a.ranks:
-        c, d, s = med[(ranks, "coordinated")], med[(ranks, "dcp")], med[(ranks, "dd")]
-        print(f"n={ranks}: coordinated / dcp: write {c['write'] / d['write']:.2f}x, read "
-              f"{c['read'] / d['read']:.2f}x (target 1.3x at 4); coordinated / disk: write "
-              f"{c['write'] / s['write']:.2f}, read {c['read'] / s['read']:.2f} (target 0.8)")
+        d, s = med[(ranks, "dcp")], med[(ranks, "dd")]
+        for name in ("coordinated", "coordinated-fpr"):
+            c = med[(ranks, name)]
+            print(f"n={ranks}: {name} / dcp: write {c['write'] / d['write']:.2f}x, read "
+                  f"{c['read'] / d['read']:.2f}x (target 1.3x at 4); {name} / disk: write "
+                  f"{c['write'] / s['write']:.2f}, read {c['read'] / s['read']:.2f} (target 0.8)")
     if a.out:
         with open(a.out, "w") as f:
             json.dump({"model": a.model, "scale": a.scale, "checkpoints": a.checkpoints,

@@ -82,7 +82,8 @@ def build_parser():
                    help="shared files per checkpoint (ranks in blocks of consecutive ranks)")
     c.add_argument("--align", type=integer(1), default=None,
                    help="each rank's region starts at a multiple of this (bytes; default: "
-                        "st_blksize of --dir: Lustre's stripe size, GPFS's block size)")
+                        "--hint striping_unit if given, else st_blksize of --dir: Lustre's "
+                        "stripe size, GPFS's block size)")
     c.add_argument("--hint", action="append", default=[], metavar="KEY=VALUE",
                    help="ROMIO hint for the shared files (repeatable): romio_cb_write, "
                         "cb_nodes, cb_config_list, cb_buffer_size, striping_unit, ...")

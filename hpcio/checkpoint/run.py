@@ -133,6 +133,18 @@ def check_compatible(manifest, layout, writer, where):
                          f"{', '.join(keys)})")
 
 
+def _align(args, hints, directory):
+    """Where each rank's region may start: ``--align``, else the stripe size asked for
+    (``--hint striping_unit=``), else ``st_blksize`` of the directory (Lustre's stripe
+    size, GPFS's block size), at least 4 KiB."""
+    if args.align:
+        return args.align
+    unit = hints.get("striping_unit", "")
+    if unit.isdigit() and int(unit) > 0:
+        return int(unit)
+    return max(4096, os.stat(directory).st_blksize)
+
+
 def _claim_dir(directory, force, phase):
     """Rank 0, before anything is written: the checkpoint directory for ``phase``."""
     if phase == "read":
@@ -261,10 +273,9 @@ def run(args):
     out = args.out or default_out(args.writer, args.model, world.size)
     run_dir = RunDir.create(out, comm)
     report_to(run_dir.path)
-    align = args.align or max(4096, os.stat(directory).st_blksize)
-    options = {"mpiio": args.mpiio, "files": args.files, "align": align,
-               "hints": parse_key_values(args.hint, "--hint"),
-               "round_bytes": args.round_mib << 20}
+    hints = parse_key_values(args.hint, "--hint")
+    options = {"mpiio": args.mpiio, "files": args.files, "align": _align(args, hints, directory),
+               "hints": hints, "round_bytes": args.round_mib << 20}
     shift = world.local_size if args.rank_shift else 0
     job = Job(world, layout, options, _fault(), (world.rank + shift) % world.size)
     config = {"command": "hpcio.checkpoint run", "model": layout.model.name,
