@@ -15,7 +15,7 @@ from .calibration import is_calibration, write_calibration
 from .engine import AGGREGATE_ABOVE
 from .platform import load_platform, platform_dict
 from .predict import (WIDE, check_scale, fit_from_calibration, fit_line, held_out, near_line,
-                      simulate_points, spread, templates, workloads)
+                      simulate_all, simulate_points, spread, templates, workloads)
 
 __all__ = ["main", "build_parser"]
 
@@ -164,6 +164,7 @@ def _predict(args):
     check_scale(ws, platform, args.ranks, args.records, args.scale_out)
     first = templates(ws, args.also or [])
     fit, fit_text, held = _fitted(args, platform, ws)
+    simulate_all(fit, first, args.ranks, args.steps, args.records, ws, "predict: points")
     points, supported = simulate_points(fit, first, args.ranks, args.steps, args.records,
                                         held is not None, args.au_threshold, ws,
                                         "predict: points")

@@ -19,7 +19,7 @@ from .workload import median_of_repeats, workload_from_run
 
 __all__ = ["workloads", "fit_line", "held_out", "templates", "check_scale", "simulate_points",
            "supported", "dominant", "point", "spread", "WIDE", "check_one_workload",
-           "near_line", "fit_from_calibration", "predict_platform"]
+           "near_line", "fit_from_calibration", "predict_platform", "simulate_all"]
 
 WIDE = 0.25     # a point's stall range wider than +-25% of its best fit's names a run to make
 
@@ -345,6 +345,36 @@ def _extra_run(fit, template, ran_counts, bearers, label):
             "gap_targets": gaps[i]}
 
 
+def _range_fits(fit, template, steps, records, measured_max, label=None):
+    """(the near-equal fits of ``template``'s reader, the two bearing its range, those of
+    them that are not the best)."""
+    near = fit.near.get(_costs_key(fit, template)) or []
+    probe = 2 * measured_max
+    if probe * template.batch > (records or template.records):
+        probe = measured_max
+    extremes = _bearers(fit, template, near, probe, steps, records, label) \
+        if len(near) > 1 else []
+    return near, extremes, [b for b in extremes if b is not near[0]]
+
+
+def simulate_all(fit, first, ranks, steps, records, runs=(), label=None):
+    """Every case :func:`simulate_points` and :func:`spread` will ask for at ``ranks`` (each
+    reader's best fit and the fits bearing its range), in one go: the engines run them
+    side by side on the cores, not one call after the other (what they ask for later is
+    then found done: :func:`~.calibrate.run_cases` runs a case once per process)."""
+    ran = {(w.case, w.ranks): w for w in runs}
+    measured_max = max(w.ranks for w in first.values() if w.measured is not None)
+    cases = []
+    for r, template in sorted(first.items()):
+        _, _, bearers = _range_fits(fit, template, steps, records, measured_max, label)
+        for b in [{"platform": fit.platform, "params": fit.params[_costs_key(fit, template)]}] \
+                + bearers:
+            for n in ranks:
+                w = ran.get((r, n)) or template.at(n, steps, records)
+                cases.append(Case(b["platform"].fit_ranks(n), w, b["params"]))
+    run_cases(cases, label)
+
+
 def spread(fit, first, ranks, steps, records, points, supported_, threshold, runs=(),
            label=None):
     """Each point with the range of the near-equal fits (``fit.near``): its stall, AU and
@@ -360,13 +390,8 @@ def spread(fit, first, ranks, steps, records, points, supported_, threshold, run
         by.setdefault(p["reader"], []).append(p)
     extra = {}
     for r, template in sorted(first.items()):
-        near = fit.near.get(_costs_key(fit, template)) or []
-        probe = 2 * measured_max
-        if probe * template.batch > (records or template.records):
-            probe = measured_max
-        extremes = _bearers(fit, template, near, probe, steps, records, label) \
-            if len(near) > 1 else []
-        bearers = [b for b in extremes if b is not near[0]]
+        near, extremes, bearers = _range_fits(fit, template, steps, records, measured_max,
+                                              label)
 
         def case(b, n):
             w = ran.get((r, n)) or template.at(n, steps, records)
@@ -431,6 +456,7 @@ def predict_platform(platform, calibration, runs, ranks, steps=None, records=Non
     missing = sorted({_costs_key(fit, w) for w in first.values()} - set(fit.params))
     if missing:
         raise HpcioError(f"{calibration}: no fitted costs for {', '.join(missing)}")
+    simulate_all(fit, first, sorted(ranks), steps, records, ws, label)
     points, sup = simulate_points(fit, first, sorted(ranks), steps, records, False, threshold,
                                   ws, label)
     extra = spread(fit, first, sorted(ranks), steps, records, points, sup, threshold, ws,
