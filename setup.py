@@ -9,7 +9,8 @@ setup(
     python_requires=">=3.9",
     packages=find_packages(include=["hpcio", "hpcio.*"]),
     # files read at run time: Darshan's config, DLIO's workload configs
-    package_data={"hpcio": ["measure/darshan.conf", "workloads/dlio/*.yaml"]},
+    package_data={"hpcio": ["measure/darshan.conf", "workloads/dlio/*.yaml",
+                            "simulate/platforms/published/*"]},
     # hpcio COMMAND: every python -m hpcio.<command> behind one name (hpcio/__main__.py)
     entry_points={"console_scripts": ["hpcio = hpcio.__main__:main"]},
     install_requires=[

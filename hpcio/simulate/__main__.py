@@ -14,6 +14,7 @@ from .calibrate import Fit, calibrate
 from .calibration import is_calibration, load_readers, write_calibration
 from .engine import AGGREGATE_ABOVE
 from .platform import load_platform, platform_dict
+from .published import add_parser as add_published
 from .predict import (check_scale, fit_line, held_out, simulate_points, templates,
                       workloads)
 
@@ -186,6 +187,7 @@ def build_parser():
     p.add_argument("--force", action="store_true",
                    help="replace files of those names in DIR that are not a prediction's")
     p.set_defaults(func=_predict)
+    add_published(sub)
     return ap
 
 
