@@ -29,12 +29,20 @@ def request(sg, case, servers, queues, host, parts, count=1, client=None, cores=
         n = int(n)
         if n > 0:
             acts.append(sg.Comm.sendto_async(servers[j], host, n))
+    # the reader's bytes cost CPU on the node's cores (its file-system client's, the
+    # kernel's), beside its ranks' work: after they arrive, or (``copy_overlaps``: a read
+    # copying into its buffer as the bytes come in) at the same time, the slower of the two
+    copy = case.params.get("cpu_s_per_byte", 0.0) * sum(n for _, n in parts)
+    if copy > 0 and case.params.get("copy_overlaps") and cores is not None:
+        ex = sg.this_actor.exec_async(copy * FLOPS)
+        for a in acts:
+            a.wait()
+        ex.wait()
+        return
     for a in acts:
         a.wait()
-    # the reader's bytes cost CPU on the node's cores (its file-system client's, the
-    # kernel's), beside its ranks' work
     if cores is not None:
-        cores(case.params.get("cpu_s_per_byte", 0.0) * sum(n for _, n in parts))
+        cores(copy)
 
 
 def run_queue(sg, case, slots):

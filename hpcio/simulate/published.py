@@ -146,18 +146,32 @@ def load_table(path=TABLE):
     return out
 
 
+@dataclass(frozen=True)
+class DlioCpu:
+    """DLIO's client CPU for one workload, measured here (``bench_dlio_cpu.py``)."""
+    per_sample: float       # s: everything DLIO's loader and step loop spend per sample
+    read_per_byte: float    # s/B: of which reading the file's bytes (the copy into a buffer)
+
+    def split(self, record_bytes):
+        """(s per sample after the bytes are in: decoding and the loader's own work,
+        s per byte copied while they arrive)."""
+        read = min(self.per_sample, self.read_per_byte * record_bytes)
+        return self.per_sample - read, read / record_bytes
+
+
 def load_cpu(path=DLIO_CPU):
-    """{workload: DLIO's CPU seconds per sample} as ``bench_dlio_cpu.py`` measured them."""
+    """{workload: DlioCpu} as ``bench_dlio_cpu.py`` measured them."""
     try:
         with open(path) as f:
             d = json.load(f)
-        return {k: float(v["cpu_s_per_sample"]) for k, v in d["workloads"].items()}
+        return {k: DlioCpu(float(v["cpu_s_per_sample"]), float(v["read_s_per_byte"]))
+                for k, v in d["workloads"].items()}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise HpcioError(f"{path}: no DLIO CPU per sample ({e}); run "
                          f"benchmarks/bench_dlio_cpu.py --json {path}")
 
 
-def _case(platform, wl, n, clients, cpu_s):
+def _case(platform, wl, n, clients, cpu):
     """``n`` accelerators on ``clients`` nodes (ranks spread evenly, the busiest node holding
     ceil(n / clients): as mpirun's round-robin, every node at the busiest one's pace behind
     the barrier)."""
@@ -170,10 +184,12 @@ def _case(platform, wl, n, clients, cpu_s):
                  shuffle="global", seed=0, compute_s=wl.compute_s, rest_s=0.0, sync=True,
                  prefetch=wl.read_threads, steady_steps=1, faults_per_sample=float("nan"),
                  dataset="mlperf-storage", ahead=ahead)
-    return Case(p, w, {"cpu_s": cpu_s, "window": wl.record_bytes + 1, "cpu_s_per_byte": 0.0})
+    sample_s, byte_s = cpu.split(wl.record_bytes)
+    return Case(p, w, {"cpu_s": sample_s, "cpu_s_per_byte": byte_s, "copy_overlaps": True,
+                       "window": wl.record_bytes + 1})
 
 
-def _figures(case, out, wl, cpu_s):
+def _figures(case, out, wl, cpu):
     """Steady-state AU, samples/s and each resource's use from one simulated case (the first
     2 x batches-in-flight steps left out: the loaders' warm-up)."""
     c, p, w = out["columns"], case.platform, case.workload
@@ -187,23 +203,25 @@ def _figures(case, out, wl, cpu_s):
     use = {
         "storage": float(out["server_bytes"].max()) / end / p.server_bps,
         "network": out["bytes"] / nodes / end / p.nic_bps,
-        "client CPU": w.ranks * w.batch * w.steps * cpu_s / end / (nodes * p.node_cores),
-        "client CPU (read threads)": w.batch * w.steps * cpu_s / end / wl.read_threads,
+        "client CPU": w.ranks * w.batch * w.steps * cpu.per_sample / end
+        / (nodes * p.node_cores),
+        "client CPU (read threads)": w.batch * w.steps * cpu.per_sample / end
+        / wl.read_threads,
         "barrier": float(c["straggler"][:, warm:].sum() / c["wall"][:, warm:].sum()),
     }
     return {"au_percent": au, "samples_per_s": samples_s,
             "gib_s": samples_s * wl.record_bytes / 2 ** 30, "use": use}
 
 
-def _run(platform, wl, ns, clients, cpu_s):
-    cases = [_case(platform, wl, n, clients, cpu_s) for n in ns]
-    return {n: _figures(k, o, wl, cpu_s) for n, k, o in zip(ns, cases, simulate(cases))}
+def _run(platform, wl, ns, clients, cpu):
+    cases = [_case(platform, wl, n, clients, cpu) for n in ns]
+    return {n: _figures(k, o, wl, cpu) for n, k, o in zip(ns, cases, simulate(cases))}
 
 
-def bound(platform, wl, clients, cpu_s):
+def bound(platform, wl, clients, cpu):
     """The most accelerators the described limits could hold at the AU threshold (storage,
     the clients' links and CPUs; a fluid bound the simulation then searches below)."""
-    thr = wl.au_percent / 100
+    thr, cpu_s = wl.au_percent / 100, cpu.per_sample
     per = thr * wl.demand_bps
     rate = thr * wl.batch / wl.compute_s       # samples/s one accelerator asks for
     caps = [platform.servers * platform.server_bps / per,
@@ -214,7 +232,7 @@ def bound(platform, wl, clients, cpu_s):
     return max(1, int(min(caps)))
 
 
-def predict(platform, wl, clients, cpu_s, at=None):
+def predict(platform, wl, clients, cpu, at=None):
     """The most accelerators whose simulated AU stays at the workload's threshold on
     ``clients`` nodes, their figures, the limit that stops one more, and the figures at
     ``at`` accelerators (the published count) too."""
@@ -224,10 +242,10 @@ def predict(platform, wl, clients, cpu_s, at=None):
     def passes(*ns):
         todo = [n for n in ns if n not in seen and n >= 1]
         if todo:
-            seen.update(_run(platform, wl, todo, clients, cpu_s))
+            seen.update(_run(platform, wl, todo, clients, cpu))
         return [seen[n]["au_percent"] >= thr for n in ns]
 
-    ub = bound(platform, wl, clients, cpu_s)
+    ub = bound(platform, wl, clients, cpu)
     lo, hi = 0, None
     if ub >= 1:
         ok_ub, ok_next = passes(ub, ub + 1)
@@ -254,7 +272,7 @@ def predict(platform, wl, clients, cpu_s, at=None):
     res = {"accelerators": lo, "limit": limit, "use_past": fail["use"],
            "at_supported": seen.get(lo), "simulations": len(seen)}
     if at:
-        res["at_published"] = seen.get(at) or _run(platform, wl, [at], clients, cpu_s)[at]
+        res["at_published"] = seen.get(at) or _run(platform, wl, [at], clients, cpu)[at]
     return res
 
 
@@ -331,8 +349,11 @@ def _main(args):
         if unknown:
             raise HpcioError(f"--only: no published row for {', '.join(sorted(unknown))}")
     cpu = load_cpu(args.cpu)
-    print("DLIO CPU per sample (measured, benchmarks/bench_dlio_cpu.py): "
-          + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in sorted(cpu.items())), flush=True)
+    print("DLIO's CPU per sample (measured here, benchmarks/bench_dlio_cpu.py): "
+          + ", ".join(f"{k} {v.per_sample * 1e3:.1f} ms (of which reading the file "
+                      f"{v.read_per_byte * WORKLOADS[(k, 'b200')].record_bytes * 1e3:.1f} ms, "
+                      f"overlapped with its transfer)" for k, v in sorted(cpu.items())),
+          flush=True)
     res = table(rows, cpu, os.path.dirname(os.path.abspath(args.table)),
                 progress=lambda r: print(f"  simulating {r['system']} ({r['workload']}) ...",
                                          flush=True))
