@@ -21,6 +21,7 @@ import io
 import json
 import math
 import os
+import time
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -224,12 +225,13 @@ def bound(platform, wl, clients, cpu):
     thr, cpu_s = wl.au_percent / 100, cpu.per_sample
     per = thr * wl.demand_bps
     rate = thr * wl.batch / wl.compute_s       # samples/s one accelerator asks for
-    caps = [platform.servers * platform.server_bps / per,
-            clients * platform.nic_bps / per,
-            clients * platform.node_cores / (rate * cpu_s) if cpu_s else math.inf]
+    # the busiest client holds ceil(n / clients) ranks: its link and its CPUs must carry them
+    caps = [int(platform.servers * platform.server_bps / per),
+            clients * int(platform.nic_bps / per),
+            clients * int(platform.node_cores / (rate * cpu_s)) if cpu_s else math.inf]
     if cpu_s and wl.read_threads / cpu_s < rate:
         return 0
-    return max(1, int(min(caps)))
+    return max(1, min(caps))
 
 
 def predict(platform, wl, clients, cpu, at=None):
@@ -348,6 +350,7 @@ def _main(args):
         unknown = wanted - {r["system"] for r in rows}
         if unknown:
             raise HpcioError(f"--only: no published row for {', '.join(sorted(unknown))}")
+    t0 = time.perf_counter()
     cpu = load_cpu(args.cpu)
     print("DLIO's CPU per sample (measured here, benchmarks/bench_dlio_cpu.py): "
           + ", ".join(f"{k} {v.per_sample * 1e3:.1f} ms (of which reading the file "
@@ -359,6 +362,8 @@ def _main(args):
                                          flush=True))
     print(text_table(res), end="")
     print(summary_line(res))
+    print(f"{sum(r['simulations'] for r in res)} simulated runs in "
+          f"{time.perf_counter() - t0:.0f} s")
     if args.output:
         _write_csv(args.output, res)
         print(f"wrote {args.output}")
