@@ -284,14 +284,16 @@ def _rel(a, b):
 
 def table(rows, cpu, data=DATA, progress=None):
     """Per published row: the prediction beside the published figures."""
+    # every file checked before the first simulation: a bad one is said in a second
+    platforms = [load_described(os.path.join(data, r["platform"]))[0] for r in rows]
+    missing = sorted({r["workload"] for r in rows} - set(cpu))
+    if missing:
+        raise HpcioError(f"no DLIO CPU per sample measured for {', '.join(missing)}")
     out = []
-    for r in rows:
+    for r, platform in zip(rows, platforms):
         if progress:
             progress(r)
         wl = WORKLOADS[(r["workload"], r["accelerator"])]
-        if wl.name not in cpu:
-            raise HpcioError(f"no DLIO CPU per sample measured for {wl.name}")
-        platform, _ = load_described(os.path.join(data, r["platform"]))
         p = predict(platform, wl, r["clients"], cpu[wl.name], at=r["accelerators"])
         sup = p["at_supported"]
         out.append({
