@@ -10,7 +10,8 @@ setup(
     packages=find_packages(include=["hpcio", "hpcio.*"]),
     # files read at run time: Darshan's config, DLIO's workload configs
     package_data={"hpcio": ["measure/darshan.conf", "workloads/dlio/*.yaml",
-                            "checkpoint/configs/*.yaml"]},
+                            "checkpoint/configs/*.yaml",
+                            "simulate/platforms/published/*"]},
     # hpcio COMMAND: every python -m hpcio.<command> behind one name (hpcio/__main__.py)
     entry_points={"console_scripts": ["hpcio = hpcio.__main__:main"]},
     install_requires=[

@@ -14,6 +14,7 @@ from .calibrate import TOLERANCE_S, calibrate, check_tolerance
 from .calibration import is_calibration, write_calibration
 from .engine import AGGREGATE_ABOVE
 from .platform import load_platform, platform_dict
+from .published import add_parser as add_published
 from .predict import (WIDE, check_scale, fit_from_calibration, fit_line, held_out, near_line,
                       simulate_all, simulate_points, spread, templates, workloads)
 
@@ -236,6 +237,7 @@ def build_parser():
     p.add_argument("--force", action="store_true",
                    help="replace files of those names in DIR that are not a prediction's")
     p.set_defaults(func=_predict)
+    add_published(sub)
     return ap
 
 

@@ -56,7 +56,8 @@ class Ranks:
 
     def start(self):
         """Every actor on its node's host, each running its reader kind's step loop."""
-        body = {"demand": self._demand_rank, "prefetch": self._prefetch_rank}[self.kind]
+        body = {"demand": self._demand_rank, "prefetch": self._prefetch_rank,
+                "workers": self._workers_rank}[self.kind]
         for a in range(self.actors):
             self.sg.Actor.create(f"c{self.k}r{a}", self.hosts[self.on[a]], body, a)
 
@@ -151,6 +152,49 @@ class Ranks:
         else:
             for j, n in zip(srv.tolist(), nbytes.tolist()):
                 self._request(a, host, [(j, n)], 1)
+
+    def _workers_rank(self, a):
+        """A loader of ``w.prefetch`` worker processes (PyTorch's DataLoader, as DLIO runs
+        it): batch j is handed to worker j mod workers once it is asked for, the first
+        ``w.ahead`` at the start and one more each time the step takes a batch (the
+        DataLoader's prefetch_factor x workers in flight); each worker fetches and decodes
+        its batches whole, one after another; the step takes them in order."""
+        sg, w = self.sg, self.w
+        host = self.hosts[self.on[a]]
+        workers = max(1, w.prefetch)
+        ahead = max(1, w.ahead)
+        issued = [sg.Semaphore(0) for _ in range(w.steps)]
+        ready = [sg.Semaphore(0) for _ in range(w.steps)]
+        for k in range(workers):
+            sg.Actor.create(f"wk{a}.{k}", host, self._worker, a, host, k, workers, issued,
+                            ready)
+        for j in range(min(ahead, w.steps)):
+            issued[j].release()
+        for s in range(w.steps):
+            t0 = sg.Engine.clock
+            ready[s].acquire()
+            if s + ahead < w.steps:
+                issued[s + ahead].release()
+            self._finish(a, s, t0, sg.Engine.clock - t0)
+
+    def _worker(self, a, host, k, workers, issued, ready):
+        """Worker ``k`` of actor ``a``'s loader: its batches' records as the pattern asks
+        for them (``fn(w, platform, params, ids)``), then their CPU on the node's cores."""
+        p, w, out = self.p, self.w, self.out
+        # workers drift apart in a real loader (their files, the scheduler); identical ones
+        # started together would fetch in lockstep, then decode in lockstep, the link idle
+        # while every worker decodes: start them spread over one batch's decoding instead
+        self.sg.this_actor.sleep_for((k + a / self.actors) / workers * self.cpu)
+        for s in range(k, w.steps, workers):
+            issued[s].acquire()
+            srv, nbytes = self.pattern(w, p, self.case.params, self._ids(a, s))
+            out["requests"] += len(srv)
+            out["bytes"] += float(nbytes.sum())
+            out["server_bytes"] += np.bincount(srv, weights=nbytes, minlength=p.servers)
+            self._fetch(a, host, srv, nbytes)
+            if self.cpu:
+                self.runq[self.on[a]](self.cpu * self.members[a])
+            ready[s].release()
 
     def _prefetch_rank(self, a):
         """A prefetching reader: an I/O thread keeps ``w.prefetch`` requests in flight,

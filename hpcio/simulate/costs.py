@@ -25,15 +25,23 @@ def request(sg, case, servers, queues, host, parts, count=1, client=None, cores=
     if client is not None:
         client.release()
     flows = [(j, int(n)) for j, n in parts if int(n) > 0]
+    # the reader's bytes cost CPU on the node's cores (its file-system client's, the
+    # kernel's), beside its ranks' work: after they arrive, or (``copy_overlaps``: a read
+    # copying into its buffer as the bytes come in) at the same time, the slower of the two
+    copy = case.params.get("cpu_s_per_byte", 0.0) * sum(n for _, n in flows)
+    if copy > 0 and case.params.get("copy_overlaps") and cores is not None:
+        ex = sg.this_actor.exec_async(copy * FLOPS)
+        for a in [sg.Comm.sendto_async(servers[j], host, n) for j, n in flows]:
+            a.wait()
+        ex.wait()
+        return
     if len(flows) == 1:     # one flow: one blocking call (each call is a context switch)
         sg.Comm.sendto(servers[flows[0][0]], host, flows[0][1])
     else:
         for a in [sg.Comm.sendto_async(servers[j], host, n) for j, n in flows]:
             a.wait()
-    # the reader's bytes cost CPU on the node's cores (its file-system client's, the
-    # kernel's), beside its ranks' work
     if cores is not None:
-        cores(case.params.get("cpu_s_per_byte", 0.0) * sum(n for _, n in parts))
+        cores(copy)
 
 
 def run_queue(sg, case, slots):
