@@ -33,7 +33,7 @@ def _ranks(text):
 
 def _tolerance(text):
     try:
-        return check_tolerance(float(text)) * 1e-3
+        return check_tolerance(float(text), "ms") * 1e-3
     except (ValueError, HpcioError) as e:
         raise argparse.ArgumentTypeError(str(e) if isinstance(e, HpcioError) else
                                          f"not a number of ms: {text!r}")

@@ -230,14 +230,15 @@ def cpu_grid(floor):
     return sorted({max(c, floor) for c in CPU_S})
 
 
-def check_tolerance(tolerance_s):
-    """``tolerance_s`` as a float, or HpcioError in one line when it keeps no fit."""
+def check_tolerance(tolerance_s, unit="s"):
+    """``tolerance_s`` as a float, or HpcioError in one line when it keeps no fit
+    (``unit``: what the caller gave it in, for the line)."""
     try:
         t = float(tolerance_s)
     except (TypeError, ValueError):
         t = float("nan")
     if not math.isfinite(t) or t < 0:
-        raise HpcioError(f"tolerance {tolerance_s!r} ms keeps no fit, not even the best: "
+        raise HpcioError(f"tolerance {tolerance_s!r} {unit} keeps no fit, not even the best: "
                          f"give 0 (the best alone) or more")
     return t
 

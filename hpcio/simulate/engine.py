@@ -178,63 +178,84 @@ def _answer(pid, data):
     return payload[1]
 
 
-def _gather(children, progress):
-    """Read every child's answer and ticks as they come (a child never blocks on a full
-    pipe); their answers' bytes, in order."""
+def _pool(chunks, slots, progress):
+    """Run ``chunks`` (lists of cases), one forked engine each, at most one per slot (a
+    core, or None) at a time, a chunk started as one ends; every answer read as it comes
+    (a child never blocks on a full pipe) and every child reaped, also past a failed one
+    (no chunk is started after a failure). Their results, in order."""
     sel = selectors.DefaultSelector()
-    data = [bytearray() for _ in children]
-    for k, (_, rfd, tr) in enumerate(children):
+    todo = list(range(len(chunks)))[::-1]
+    live, results, failed = {}, [None] * len(chunks), []
+
+    def start(k, slot):
+        pid, rfd, tr = _start(chunks[k], slot)
+        live[k] = {"pid": pid, "data": bytearray(), "open": 2, "slot": slot}
         sel.register(rfd, selectors.EVENT_READ, (k, False))
         sel.register(tr, selectors.EVENT_READ, (k, True))
     try:
-        while sel.get_map():
+        for slot in slots:
+            if todo:
+                start(todo.pop(), slot)
+        while live:
             for key, _ in sel.select():
                 k, is_tick = key.data
                 chunk = os.read(key.fd, 1 << 20)
-                if not chunk:
-                    sel.unregister(key.fd)
-                    os.close(key.fd)
-                elif is_tick:
-                    if progress is not None:
+                if chunk:
+                    if not is_tick:
+                        live[k]["data"] += chunk
+                    elif progress is not None:
                         progress.update(len(chunk))
-                else:
-                    data[k] += chunk
+                    continue
+                sel.unregister(key.fd)
+                os.close(key.fd)
+                child = live[k]
+                child["open"] -= 1
+                if child["open"]:
+                    continue
+                del live[k]
+                try:
+                    results[k] = _answer(child["pid"], bytes(child["data"]))
+                except HpcioError as e:
+                    failed.append(e)
+                if todo and not failed:
+                    start(todo.pop(), child["slot"])
     finally:
         for key in list(sel.get_map().values()):
             os.close(key.fd)
         sel.close()
-    return [bytes(d) for d in data]
+    if failed:
+        raise failed[0]
+    return results
+
+
+#: cases per engine: an engine's cost grows faster than its cases (one solver for all their
+#: flows), and small engines dealt as cores free up balance the cores
+CHUNK = 24
 
 
 def simulate(cases, label=None):
     """Simulate ``cases``; per case a dict of per-rank, per-step ``columns``, ``requests``
     (events issued) and ``aggregated`` (bool). Cases are independent (disjoint hosts), so
-    they are dealt round-robin to :func:`jobs` forked children, one engine each, each on
-    a core of its own, run at once: a calibration grid takes the machine's cores, not one.
+    they are dealt round-robin to engines of about :data:`CHUNK` cases, each in a forked
+    child, :func:`jobs` of them at once, each on a core of its own: a calibration grid
+    takes the machine's cores, not one.
     With ``label``, a progress line (simulated steps done, of all cases) on stderr."""
     ok, why = available()
     if not ok:
         raise HpcioError(why)
     n = max(1, min(jobs(), len(cases)))
+    # engines of CHUNK cases; a few cases (a prediction's large ones) one engine each
+    m = len(cases) if len(cases) <= 4 * n else max(n, -(-len(cases) // CHUNK))
     cpus = _cpus()
     progress = Progress(sum(c.workload.steps for c in cases), "simulated step", label) \
         if label else None
-    children = [_start(cases[k::n], cpus[k % len(cpus)] if len(cpus) >= n else None)
-                for k in range(n)]
+    slots = [cpus[k % len(cpus)] if len(cpus) >= n else None for k in range(n)]
     try:
-        data = _gather(children, progress)
+        parts = _pool([cases[k::m] for k in range(m)], slots, progress)
     finally:
         if progress is not None:
             progress.close()
-    parts, failed = [], []
-    for (pid, _, _), d in zip(children, data):  # every child reaped, also past a failed one
-        try:
-            parts.append(_answer(pid, d))
-        except HpcioError as e:
-            failed.append(e)
-    if failed:
-        raise failed[0]
     outs = [None] * len(cases)
     for k, part in enumerate(parts):
-        outs[k::n] = part
+        outs[k::m] = part
     return outs
