@@ -114,6 +114,7 @@ DEFERRED = {
     "hpcio/cli.py": {"hpcio.readers", "hpcio.plan"},
     "hpcio/datagen/command.py": {"mpi4py"},
     "hpcio/datagen/write.py": {"mpi4py"},
+    "hpcio/datagen/dlio.py": {"pyarrow", "pyarrow.parquet"},
     "hpcio/errors.py": {"mpi4py"},
     # torch: seconds, loaded by a run's writers (the sizes subcommand and --help need none)
     "hpcio/checkpoint/state.py": {"torch"},
@@ -146,6 +147,7 @@ DEFERRED = {
                             "horovod.torch"},
     "hpcio/train/exchange.py": {"mpi4py", "torch", "torch.distributed"},
     "hpcio/train/stop.py": {"mpi4py"},
+    "hpcio/workloads/__init__.py": {"numpy"},
     "hpcio/train/trainer.py": {"torch", "hpcio.train.pipeline"},
 }
 

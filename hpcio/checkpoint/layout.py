@@ -30,9 +30,8 @@ import os
 from dataclasses import dataclass
 from functools import cached_property
 
-import yaml
-
 from ..errors import HpcioError, lookup
+from ..workloads import read_yaml
 
 __all__ = ["MODELS", "DTYPES", "Model", "TensorSpec", "ShardFile", "Layout", "load_model",
            "GIB"]
@@ -142,14 +141,7 @@ def load_model(name):
         label = name
     else:
         path, label = name, os.path.splitext(os.path.basename(name))[0]
-    try:
-        with open(path) as f:
-            cfg = yaml.safe_load(f)
-    except OSError as e:
-        raise HpcioError(f"--model {name}: {e.strerror}", everywhere=True)
-    except yaml.YAMLError as e:
-        raise HpcioError(f"--model {name}: not valid YAML ({str(e).splitlines()[0]})",
-                         everywhere=True)
+    cfg = read_yaml(path, f"--model {name}")
     return Model.from_config(cfg if isinstance(cfg, dict) else {}, label, path)
 
 

@@ -107,7 +107,7 @@ def parquet_columns(workload, side):
 def write_parquet(path, side, samples, rng, workload=None):
     """``samples`` rows of random values in the workload's columns, row group by row
     group (never more than :data:`ROW_GROUP_BYTES` in memory)."""
-    import pyarrow as pa
+    import pyarrow as pa  # pyarrow: an optional extra, for parquet workloads only
     import pyarrow.parquet as pq
     cols = parquet_columns(workload, side)
     row = sum(d.itemsize * k for _, d, k in cols)

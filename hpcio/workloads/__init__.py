@@ -18,12 +18,13 @@ import math
 import os
 from dataclasses import dataclass, field
 
+
 import yaml
 
 from ..errors import HpcioError, lookup
 
 __all__ = ["WORKLOADS", "ACCELERATORS", "Workload", "load", "resolve", "MLPERF_AU",
-           "FORMATS"]
+           "FORMATS", "read_yaml", "Column"]
 
 _HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dlio")
 #: the workloads shipped: name -> DLIO's config file
@@ -68,7 +69,7 @@ class Column:
 
     @property
     def nbytes(self):
-        import numpy as np
+        import numpy as np  # numpy: not at the top, where hpcio --help reads this module
         return np.dtype(self.dtype).itemsize * self.size
 
 
@@ -158,6 +159,18 @@ class Workload:
                 f"{', '.join(self.unmodelled)}")
 
 
+def read_yaml(path, what):
+    """The YAML document at ``path``; an unreadable file or bad YAML is one line that
+    starts with ``what`` (the option or the kind of file: ``--model x.yaml``)."""
+    try:
+        with open(path) as f:
+            return yaml.safe_load(f)
+    except OSError as e:
+        raise HpcioError(f"{what}: {e.strerror}", everywhere=True)
+    except yaml.YAMLError as e:
+        raise HpcioError(f"{what} is not YAML: {str(e).splitlines()[0]}", everywhere=True)
+
+
 def resolve(spec, accelerator=None):
     """The workload name ``spec`` and ``accelerator`` name together: a model
     (``unet3d``) and an accelerator choose its shipped file (``unet3d_b200``); a full
@@ -191,14 +204,7 @@ def load(spec, accelerator=None):
         path, name = spec, os.path.splitext(os.path.basename(spec))[0]
     else:
         lookup(WORKLOADS, spec, "workload")       # raises, naming the shipped ones
-    try:
-        with open(path) as f:
-            cfg = yaml.safe_load(f)
-    except OSError as e:
-        raise HpcioError(f"workload {path}: {e.strerror}", everywhere=True)
-    except yaml.YAMLError as e:
-        raise HpcioError(f"workload {path} is not YAML: {str(e).splitlines()[0]}",
-                         everywhere=True)
+    cfg = read_yaml(path, f"workload {path}")
     if not isinstance(cfg, dict) or not isinstance(cfg.get("dataset"), dict):
         raise HpcioError(f"workload {path}: no dataset section (a DLIO workload config "
                          f"has dataset, reader and train sections)", everywhere=True)
@@ -281,7 +287,7 @@ def _workload(name, path, cfg):
 def _parquet(path, dataset):
     """(columns, row group, keys not modelled) of ``dataset.parquet``; a column without a
     name or with a dtype NumPy does not know is one line."""
-    import numpy as np
+    import numpy as np  # numpy: not at the top, where hpcio --help reads this module
     sec = dataset.get("parquet")
     if sec is None:
         return (), None, []
