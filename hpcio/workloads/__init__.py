@@ -18,7 +18,6 @@ import math
 import os
 from dataclasses import dataclass, field
 
-
 import yaml
 
 from ..errors import HpcioError, lookup
