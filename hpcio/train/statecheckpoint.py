@@ -30,7 +30,12 @@ import os
 import threading
 import time
 
+from ..checkpoint.layout import MODELS, Layout, load_model
+from ..checkpoint.run import COMPLETE, FORMAT, MANIFEST, Job, checkpoint_name
+from ..checkpoint.state import crc32c_of, empty_state, make_state
+from ..checkpoint.writers import WRITERS, make_writer
 from ..errors import HpcioError
+from ..fsutil import atomic_json, atomic_write
 
 __all__ = ["MODES", "check_options", "StateCheckpointer", "summarize_checkpoints"]
 
@@ -53,8 +58,6 @@ def check_options(args):
                              f"(the model's own checkpoint has no writer, mode or scale)",
                              everywhere=True)
         return
-    from ..checkpoint.layout import MODELS
-    from ..checkpoint.writers import WRITERS
     if not args.checkpoint_every:
         raise HpcioError("--checkpoint-workload needs --checkpoint-every N (N > 0)",
                          everywhere=True)
@@ -81,7 +84,6 @@ def check_options(args):
 
 
 def _layout(args, world):
-    from ..checkpoint.layout import Layout, load_model
     try:
         return Layout(load_model(args.checkpoint_workload), world.size, args.checkpoint_scale)
     except HpcioError as e:
@@ -99,9 +101,6 @@ class StateCheckpointer:
     world's, so that its collectives in the background thread never meet the step's)."""
 
     def __init__(self, args, world, directory, seed):
-        from ..checkpoint.run import Job
-        from ..checkpoint.state import crc32c_of, empty_state, make_state
-        from ..checkpoint.writers import make_writer
         self.world, self.directory = world, directory
         self.mode, self.every = args.checkpoint_mode, args.checkpoint_every
         self.layout = _layout(args, world)
@@ -111,7 +110,7 @@ class StateCheckpointer:
         self.job = Job(w, self.layout, {}, None, world.rank)  # the writers' defaults
         self.writer = make_writer(args.checkpoint_writer, self.job)
         if self.mode == "async" and args.checkpoint_writer == "dcp" and world.size > 1:
-            import torch.distributed as td  # started by the writer just now
+            import torch.distributed as td  # torch: loaded by the DCP writer just now
             self._dcp_group = td.new_group(backend="gloo")  # DCP's own, not the step's
         else:
             self._dcp_group = None
@@ -143,8 +142,6 @@ class StateCheckpointer:
     def _commit(self, rec, path, where):
         """Collective: rank 0 writes the manifest and ``complete`` once every rank's shard
         is durable."""
-        from ..checkpoint.run import COMPLETE, FORMAT, MANIFEST
-        from ..fsutil import atomic_json, atomic_write
         t0 = time.perf_counter()
         for w in where:
             w.update(self.crcs[w["key"]])
@@ -187,7 +184,6 @@ class StateCheckpointer:
     def checkpoint(self, gstep):
         """Checkpoint at global step ``gstep`` (0-based: ``global_epoch1_step<gstep+1>``);
         returns this rank's record (its ``stall_s`` is the step's ``ckpt``)."""
-        from ..checkpoint.run import checkpoint_name
         t0 = time.perf_counter()
         name = checkpoint_name(gstep + 1)
         path = os.path.join(self.directory, name)
