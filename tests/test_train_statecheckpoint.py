@@ -75,7 +75,8 @@ def test_sync_and_async_checkpoints_restore_and_stall(tmp_path):
                     assert c["stall_s"] >= c["write_s"] + c["commit_s"]
                 else:  # copy + wait, the write beside training
                     assert c["copy_s"] > 0
-                    assert c["stall_s"] == pytest.approx(c["copy_s"] + c["wait_s"], abs=0.02)
+                    assert c["copy_s"] + c["wait_s"] <= c["stall_s"] <= \
+                        c["copy_s"] + c["wait_s"] + 0.05
             assert (np.delete(z["ckpt"], [1, 3, 5]) == 0).all()
             recs.append(ck)
         for i, row in enumerate(s["per_checkpoint"]):

@@ -125,6 +125,8 @@ class StateCheckpointer:
                                     "file": f.name}
         self.bytes = sum(x.numel() * x.element_size() for x in self.state.values())
         self.snapshot = empty_state(self.files) if self.mode == "async" else None
+        for x in (self.snapshot or {}).values():  # its pages faulted in now, not in a step
+            x.zero_()
         self._thread = None
         self._pending = None  # (record, name, result box) of the write in flight
 
