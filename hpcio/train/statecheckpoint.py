@@ -27,6 +27,7 @@ takes the size over ranks, the write wall and stall as the slowest rank's
 
 import copy
 import os
+import shutil
 import threading
 import time
 
@@ -114,6 +115,11 @@ class StateCheckpointer:
             self._dcp_group = td.new_group(backend="gloo")  # DCP's own, not the step's
         else:
             self._dcp_group = None
+        if world.rank == 0:  # a replaced run's checkpoints (--force): none left to mix with
+            for n in os.listdir(directory):
+                if n.startswith("global_epoch"):
+                    shutil.rmtree(os.path.join(directory, n))
+        world.comm.Barrier()
         self.files = self.layout.files(world.rank)
         self.state = make_state(self.files, seed, world.rank)
         self.crcs = {}
