@@ -31,8 +31,8 @@ Backends (``--dist``), in a registry:
 
 The ``emulate`` model has no gradients of its own and uses ``none`` whatever is asked; it
 exchanges a gradient-sized buffer itself (:mod:`hpcio.train.exchange`), over a gloo group
-started by :func:`init_process_group` (:mod:`hpcio.world`, re-exported here): gloo's TCP transport takes no MPI lock, so the
-coordinated reader's MPI-IO reads cannot delay it.
+started by :func:`init_process_group` (:mod:`hpcio.world`, re-exported here): gloo's TCP
+transport takes no MPI lock, so the coordinated reader's MPI-IO reads cannot delay it.
 """
 
 import time
