@@ -21,7 +21,9 @@ Where things live (one home per concern)::
                 through parallel HDF5 (h5mpio)
     cache.py    page-cache state of a dataset (cold, warm, as is), proven with mincore
     train/      the ``train`` command: options, trainer loop, gradient exchange, models,
-                emulated compute, preprocessing pipeline, checkpoints, stop vote
+                emulated compute, preprocessing pipeline, checkpoints (the model's, or a
+                checkpoint layout's through checkpoint/'s writers, sync or async:
+                statecheckpoint.py), stop vote
     measure/    what a run measures and where it keeps it: step accounting, system probes
                 (/proc), the sampler thread, the run directory (rundir.RunDir, the one
                 reader and writer of its files, checked by schema.py), the run's
@@ -36,7 +38,9 @@ Where things live (one home per concern)::
     checkpoint/ the ``checkpoint`` command: MLPerf Storage's llama3 checkpoint layouts as DLIO
                 sizes them (layout.py, configs/), their tensors (state.py), the writers
                 (writers.py: DCP, torch.save, coordinated MPI-IO; WRITERS registry) and the
-                timed write-evict-read sequence with its run directory (run.py)
+                timed write-evict-read sequence with its run directory (run.py); below train
+    world.py    the job's ranks and nodes from MPI (World) and torch.distributed's group
+                started from them (train.dist re-exports both)
     bench.py, demo.py, results.py, analyze.py   the other commands (``python -m
                 hpcio.<command>``; ``results summarize`` for runs that did not finish, ``results
                 export`` for runs as MLPerf Storage-style rows)

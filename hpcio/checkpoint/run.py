@@ -44,13 +44,13 @@ from ..errors import HpcioError, report_to
 from ..fsutil import atomic_json, atomic_write, evict
 from ..measure.rundir import RunDir, capture_env
 from ..mpiutil import on_root
-from ..train.dist import init_world
+from ..world import init_world
 from .command import default_out
 from .layout import GIB, Layout, load_model
 from .state import crc32c_of, make_state
 from .writers import make_writer
 
-__all__ = ["run", "Job", "MANIFEST", "COMPLETE", "checkpoint_name", "read_manifest"]
+__all__ = ["run", "Job", "MANIFEST", "COMPLETE", "FORMAT", "checkpoint_name", "read_manifest"]
 
 MANIFEST = "manifest.json"
 COMPLETE = "complete"

@@ -5,7 +5,7 @@ state, and the coordinated one.
   (``FileSystemWriter(single_file_per_rank=True, sync_files=True)``: each file fsync'd),
   the global ``.metadata`` written by rank 0 after a gather of every rank's plan; restored
   with ``dcp.load`` in place into preallocated tensors. Over a gloo group started from MPI
-  (:func:`hpcio.train.dist.init_process_group`).
+  (:func:`hpcio.world.init_process_group`).
 * ``torch_save``: DLIO's ``pt_save``: ``torch.save`` of each of the rank's DLIO files (a
   dict of its tensors), then ``fsync``; restored with ``torch.load`` (new tensors, as DLIO).
 * ``coordinated``: every rank's tensors packed into shared file(s) at offsets of one
@@ -31,7 +31,7 @@ import warnings
 
 from ..errors import HpcioError, lookup
 from ..readers.hints import file_hints, mpi_info
-from ..train.dist import init_process_group
+from ..world import init_process_group
 from .layout import DTYPES
 from .state import empty_state, tensor_bytes
 

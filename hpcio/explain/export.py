@@ -87,6 +87,15 @@ COLUMNS = [
     ("fetch_percent", float, "summary.json metrics.fetch_percent"),
     ("epoch_s_mean", float, "summary.json metrics.epoch_s_mean: an epoch's wall, slowest "
                             "rank, mean over epochs"),
+    ("checkpoint_mode", str, "summary.json checkpoints.mode: a --checkpoint-workload run's "
+     "sync or async checkpoints (empty otherwise)"),
+    ("checkpoint_writer", str, "summary.json checkpoints.writer (coordinated, dcp, "
+     "torch_save)"),
+    ("checkpoint_stall_s_mean", float, "summary.json checkpoints.stall_s_mean: the step's "
+     "ckpt component per checkpoint (slowest rank), mean over checkpoints"),
+    ("checkpoint_write_GiB_per_s_mean", float, "summary.json "
+     "checkpoints.write_GiB_per_s_mean: checkpoint GiB / the slowest rank's write, mean of "
+     "the per-checkpoint rates (as MLPerf Storage publishes a checkpoint's)"),
     ("cut_short", bool, "summary.json cut_short (or no summary.json: true)"),
     ("data_fs_type", str, "provenance.json data_fs_type"),
     ("hpcio_version", str, "provenance.json hpcio_version"),
@@ -254,6 +263,7 @@ def run_row(path, threshold=None):
     hosts = prov.get("hosts")
     git = prov.get("git") or {}
     au = m.get("au_percent")
+    ck = summary.get("checkpoints") or {}
     if threshold is None:
         threshold = summary.get("au_threshold_percent") or AU_THRESHOLD
     row = {
@@ -278,6 +288,9 @@ def run_row(path, threshold=None):
         "au_percent_all_steps": m.get("au_percent_all_steps"),
         "stall_percent": m.get("stall_percent"), "fetch_percent": m.get("fetch_percent"),
         "epoch_s_mean": m.get("epoch_s_mean"),
+        "checkpoint_mode": ck.get("mode"), "checkpoint_writer": ck.get("writer"),
+        "checkpoint_stall_s_mean": ck.get("stall_s_mean"),
+        "checkpoint_write_GiB_per_s_mean": ck.get("write_GiB_per_s_mean"),
         "cut_short": bool(summary.get("cut_short", True)),
         "data_fs_type": prov.get("data_fs_type"),
         "hpcio_version": prov.get("hpcio_version"), "git_commit": git.get("commit"),

@@ -22,7 +22,8 @@ straggler_wait  t4 - t3: waiting in the exchange for the slowest rank to arrive:
                 barrier that ends when the last rank has entered it
 exchange        t5 - t4: the gradient allreduce itself, every rank present (emulate: 0
                 unless asked for; on --exchange-fabric the emulated allreduce's sleep)
-ckpt            t6 - t5: checkpoint written in this step (0 in most steps, and on ranks > 0)
+ckpt            t6 - t5: checkpoint written in this step (0 in most steps; the model's:
+                rank 0 only; a --checkpoint-workload's: every rank, async: copy + wait)
 other           t7 - t6: harness bookkeeping (records, stop vote, progress bar)
 wall            t7 - t0 = fetch + prep + stall_other + h2d + compute + straggler_wait
                 + exchange + ckpt + other

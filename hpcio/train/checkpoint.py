@@ -35,7 +35,8 @@ def check_checkpoint_dir(directory, run=None, force=False):
         raise HpcioError(f"--checkpoint-dir {directory}: {e.strerror}")
     if MARKER in names:
         owner, run = _owner(directory), run and os.path.abspath(run)
-        if CHECKPOINT in names and owner != run and not force:
+        held = CHECKPOINT in names or any(n.startswith("global_epoch") for n in names)
+        if held and owner != run and not force:
             raise HpcioError(f"--checkpoint-dir {directory}: holds the checkpoint of "
                              f"{'run ' + owner if owner else 'an earlier run'}, which this "
                              f"run would replace (give a new directory, or --force)")

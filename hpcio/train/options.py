@@ -21,6 +21,7 @@ from ..workloads import load as load_workload
 from .computetime import DISTRIBUTIONS
 from .exchange import AUTO_VIA, EXCHANGE_MODELS, TRANSPORTS
 from .models import MODELS
+from .statecheckpoint import check_options as check_checkpoint_options
 
 __all__ = ["build_parser", "parse_args", "reader_options", "MODEL_NAMES", "READER_NAMES"]
 
@@ -151,6 +152,21 @@ def _add_training(g):
                         "another run's checkpoint is refused")
     g.add_argument("--force", action="store_true",
                    help="replace the checkpoint another run left in --checkpoint-dir")
+    g.add_argument("--checkpoint-workload", metavar="MODEL", default=None,
+                   help="checkpoint an MLPerf Storage llama3 layout's per-rank state instead "
+                        "of the model's (llama3_8b, llama3_70b, llama3_405b, llama3_1t, or "
+                        "a DLIO .yaml): every rank writes its shard through "
+                        "--checkpoint-writer (see docs/checkpoints.md)")
+    g.add_argument("--checkpoint-scale", type=float, default=None, metavar="F",
+                   help="with --checkpoint-workload: every tensor's elements times F "
+                        "(default 0.001: llama3_8b 105 MiB per checkpoint)")
+    g.add_argument("--checkpoint-writer", default=None, metavar="NAME",
+                   help="with --checkpoint-workload: coordinated (default), dcp or "
+                        "torch_save (hpcio.checkpoint's writers)")
+    g.add_argument("--checkpoint-mode", default=None, metavar="MODE",
+                   help="with --checkpoint-workload: sync (default: the step waits for the "
+                        "write, fsync included) or async (the step copies the state to a "
+                        "host buffer; a thread writes it while training goes on)")
 
 
 def _add_pipeline(g):
@@ -290,6 +306,7 @@ def parse_args(argv=None):
                          "N or --exchange-model M" + (" (--exchange-model none exchanges "
                          "nothing)" if args.exchange_model == "none" else ""),
                          everywhere=True)
+    check_checkpoint_options(args)
     if args.trace_dir is not None and not args.trace:
         raise HpcioError("--trace-dir needs --trace", everywhere=True)
     if args.trace_dir is not None and os.path.lexists(args.trace_dir) and \

@@ -58,6 +58,7 @@ from ..plan import make_plan
 from ..progress import Progress
 from ..readers import READERS, check_dataset, make_reader
 from .checkpoint import check_checkpoint_dir, claim_checkpoint_dir, save_checkpoint
+from .statecheckpoint import StateCheckpointer, state_bytes, summarize_checkpoints
 from .computetime import ComputeTime
 from .dist import check_dist, init_world, make_dist, pick_device
 from .emulate import SPEC, EmulatedModel, ReadOnly, as_module
@@ -226,7 +227,9 @@ def _check_space(args, world, model, out, steps_per_epoch):
     steps = args.epochs * steps_per_epoch
     need = results_bytes(world.size, steps, len(STEP_FIELDS) + 1)
     ckpt = 0
-    if args.checkpoint_every:  # model and optimiser state (momentum: as large again)
+    if args.checkpoint_every and args.checkpoint_workload:  # the layout, all ranks
+        ckpt = steps // args.checkpoint_every * (state_bytes(args, world) + (1 << 20))
+    elif args.checkpoint_every:  # model and optimiser state (momentum: as large again)
         state = sum(p.numel() * p.element_size() for p in model.parameters())
         ckpt = steps // args.checkpoint_every * (2 * state + (64 << 10))
     if args.checkpoint_dir:
@@ -277,6 +280,7 @@ class Training:
     exchange_info: dict = field(default_factory=dict)
     trace: TraceWriter = None  # --trace: this rank's DFTracer trace
     torch: bool = True
+    state_ckpt: StateCheckpointer = None  # --checkpoint-workload: the layout's checkpoints
 
 
 @dataclass
@@ -297,6 +301,7 @@ class Trained:
     flusher: Flusher = None
     flushed: tuple = ()  # (steps, epochs, checkpoints) in the last flush
     startup: dict = field(default_factory=dict)  # the rank's cost before its first read
+    ckpt_final_wait_s: float = None  # async: the last write waited for after the last step
 
 
 def _steps_per_epoch(args, plan, records, world):
@@ -369,6 +374,10 @@ def setup(args):
     model, optimizer = _optimised(args, model, device, dist, wd) if needs else (model, None)
     step_fn = EmulatedStep(model) if args.model == "emulate" else Step(model, optimizer,
                                                                       device)
+    state_ckpt = None
+    if args.checkpoint_every and args.checkpoint_workload:
+        wd.mark("the checkpoint state's set-up (writer, state, CRC-32C: collectives)")
+        state_ckpt = StateCheckpointer(args, world, ckpt_dir, args.seed)
     wd.mark("the environment's capture (a collective)")
     gathered = gather_hosts(world)
     env = capture_env(world, ds.root, args.cache, ropts, device, gathered=gathered)
@@ -399,7 +408,7 @@ def setup(args):
         out.write_provenance(provenance(env, config, gathered))
     return Training(args, world, device, ds, model, optimizer, dist, step_fn, pipe, out, ropts,
                reopen, steps_per_epoch, threads, ckpt_dir, _fault(), t_begin, wd, env,
-               exchange, exchange_info, trace, bool(needs))
+               exchange, exchange_info, trace, bool(needs), state_ckpt)
 
 
 
@@ -531,6 +540,9 @@ def train(run):
                 break
         wd.mark(WAIT_VOTE)
         vote.close()
+        if run.state_ckpt is not None:
+            wd.mark(WAIT_CKPT)
+            t.ckpt_final_wait_s = run.state_ckpt.finish()
     except BaseException:
         t.flusher.stop()
         t.flusher.flush()
@@ -581,7 +593,11 @@ def _epoch(run, t, reader, plan, epoch, vote, bar):
             t3 = _now()
             wd.mark(WAIT_EXCHANGE)
             t4, t5 = exchange(t3)
-            if every and (gstep + 1) % every == 0 and world.rank == 0:
+            if every and (gstep + 1) % every == 0 and run.state_ckpt is not None:
+                wd.mark(WAIT_CKPT)
+                t.checkpoints.append(run.state_ckpt.checkpoint(gstep))
+                t6 = _now()
+            elif every and (gstep + 1) % every == 0 and world.rank == 0:
                 wd.mark(WAIT_CKPT)
                 t.checkpoints.append(_checkpoint(run.ckpt_dir, run.model, run.optimizer,
                                                  epoch, s, gstep))
@@ -645,7 +661,8 @@ def _write_rank(run, t, partial):
         "clock": {"offset_s": world.clock_offset_s, "rtt_s": world.clock_rtt_s,
                   "of": "this node's clock minus rank 0's"},
         "train_s": t.t_train, "startup": t.startup, "epochs": list(t.epochs),
-        "checkpoints": list(t.checkpoints),
+        "checkpoints": [dict(c) for c in t.checkpoints],
+        "checkpoint_final_wait_s": t.ckpt_final_wait_s,
         "reader_stats": _jsonable(dict(stats, **totals)),
         "reader_reopened_each_epoch": run.reopen, "summary": rsum,
         "cut_short": bool(t.cut), "signal": t.stop.signum,
@@ -667,9 +684,11 @@ def write_results(run, t):
     barrier = barrier_per_step(world.comm, t.log.arrays()) if world.size > 1 else None
     gathered = world.comm.gather((rsum, t.checkpoints, t.sampler.disk_read_end -
                                   t.sampler.disk_read_start, world.local_rank,
-                                  t.stop.signum), root=0)
+                                  t.stop.signum, t.ckpt_final_wait_s), root=0)
     wd.mark(WAIT_SUMMARY)
     run.pipe.close()
+    if run.state_ckpt is not None:
+        run.state_ckpt.close()
     run.exchange.close()
     run.dist.close()
     if world.rank == 0:
@@ -764,6 +783,43 @@ def _checkpoint(ckpt_dir, model, optimizer, epoch, step, gstep):
     return rec
 
 
+def _checkpoints_summary(args, ckpts, gathered):
+    """summary.json's ``checkpoints``: the model's (rank 0's torch.save), or the layout's
+    per checkpoint (:func:`~hpcio.train.statecheckpoint.summarize_checkpoints`)."""
+    if args.checkpoint_workload:
+        out = summarize_checkpoints(ckpts, len(gathered))
+        waits = [g[5] for g in gathered if g[5] is not None]
+        out.update(workload=args.checkpoint_workload, scale=args.checkpoint_scale,
+                   final_wait_s=max(waits) if waits else None)
+        return out
+    return {"count": len(ckpts), "seconds": sum(c["seconds"] for c in ckpts),
+            "bytes": sum(c["bytes"] for c in ckpts),
+            "mib_per_s_mean": (float(np.mean([c["mib_per_s"] for c in ckpts
+                                              if c["mib_per_s"]])) if ckpts else None)}
+
+
+def _checkpoints_text(c):
+    """The console's checkpoint lines."""
+    if "per_checkpoint" not in c:
+        return (f"\n  checkpoints: {c['count']}, {c['seconds']:.3f} s, "
+                f"{c['mib_per_s_mean']:.1f} MiB/s mean")
+
+    def f(v, spec):
+        return format(v, spec) if v is not None else "-"
+    lines = [f"\n  checkpoints: {c['count']} x {c['size_GiB']:.3f} GiB of {c['workload']} "
+             f"(scale {c['scale']:g}), writer {c['writer']}, {c['mode']}: stall per step "
+             f"{f(c['stall_s_mean'], '.4f')} s mean, write {f(c['write_s_mean'], '.3f')} s "
+             f"mean, {f(c['write_GiB_per_s_mean'], '.3f')} GiB/s mean"
+             + (f", last write waited {c['final_wait_s']:.3f} s after the last step"
+                if c["mode"] == "async" and c.get("final_wait_s") is not None else "")]
+    for r in c["per_checkpoint"]:
+        lines.append(f"    {r['name']:<24} stall {f(r['stall_s'], '.4f')} s (copy "
+                     f"{r['copy_s']:.4f}, wait {r['wait_s']:.4f})  write "
+                     f"{f(r['write_s'], '.3f')} s  {f(r['write_GiB_per_s'], '.3f')} GiB/s  "
+                     f"commit {r['commit_s']:.4f} s")
+    return "\n".join(lines)
+
+
 def _cache_words(mode, epochs):
     """The summary title's cache state: ``cache cold``, and where the data stayed in the
     page cache anyway (a cold start that failed on a node, or ``warm``/``asis`` asked for)
@@ -829,12 +885,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
         "cache": epochs[0]["cache"] if epochs else None,
         "disk_read_bytes": disk,
         "reader_odirect": odirect,
-        "checkpoints": {"count": len(ckpts),
-                        "seconds": sum(c["seconds"] for c in ckpts),
-                        "bytes": sum(c["bytes"] for c in ckpts),
-                        "mib_per_s_mean": (float(np.mean([c["mib_per_s"] for c in ckpts
-                                                          if c["mib_per_s"]]))
-                                           if ckpts else None)},
+        "checkpoints": _checkpoints_summary(args, ckpts, gathered),
     }
     title = (f"hpcio.train: {args.model} on {world.size} rank(s), reader {args.reader}, "
              f"{_cache_words(args.cache, epochs)}, batch {args.batch}, {len(epochs)} of "
@@ -853,8 +904,7 @@ def _write_summary(run, args, world, gathered, cut, stop, steps_per_epoch, t_tra
     if odirect:  # the coordinated reader's O_DIRECT choice, and why
         text += f"\n  O_DIRECT: {odirect}"
     if ckpts:
-        text += (f"\n  checkpoints: {len(ckpts)}, {summary['checkpoints']['seconds']:.3f} s, "
-                 f"{summary['checkpoints']['mib_per_s_mean']:.1f} MiB/s mean")
+        text += _checkpoints_text(summary["checkpoints"])
     if args.trace:
         text += (f"\n  trace: {os.path.abspath(args.trace_dir or run.file(RunDir.TRACE))}"
                  f"/rank-<r>.pfw{'.gz' if args.trace_gzip else ''} (DFTracer's format)")
