@@ -141,7 +141,9 @@ def test_naive_reader_stops_at_a_shard_that_shrank(tmp_path, base, fmt):
     ("hdf5", C + ":prefetch=0", "replace", "replaced by another file"),
     ("packed", C, "vanish", "vanished during the run"),
     ("packed", C, "modify", "modified during the run"),
-    ("packed", C, "rewrite", "its change time changed"),
+    # the change time is what shows once the modification time is set back; a check that
+    # falls between the write and the set-back sees the modification time
+    ("packed", C, "rewrite", "modified during the run"),
     ("images", C, "truncate", "shrank during the run"),
     ("lmdb", "naive", "truncate", "shrank during the run"),
     ("hdf5", "naive", "grow", "grew during the run"),
