@@ -300,8 +300,8 @@ class TcpExchange(NoExchange):
                 got = b""
             if not got:
                 addr, _, host = self.book[peer]
-                raise HpcioError(f"the step's barrier lost its connection to rank {peer} on "
-                                 f"{host} ({addr}): that rank ended or its node went down; "
+                raise HpcioError(f"the step's barrier lost its connection to {host} ({addr}, "
+                                 f"rank {peer}): that rank ended or its node went down; "
                                  f"what this rank measured is flushed", once=self.said)
         t = _now()
         return t, t
