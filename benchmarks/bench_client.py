@@ -257,6 +257,7 @@ def main(argv=None):
                         + ")")
     p.add_argument("--out", default=None, help="JSON of every run (default DIR/client.json)")
     a = p.parse_args(argv)
+    a.venv = os.path.abspath(a.venv)  # DLIO's runs start in their own directories
     counts = sorted({int(x) for x in a.counts.split(",")})
     if "dlio" in a.contenders and not os.path.exists(os.path.join(a.venv, "bin",
                                                                   "dlio_benchmark")):
