@@ -405,6 +405,28 @@ def test_node_shared_reader_exactly_once_same_bytes_as_one_node(up):
     assert dig(across.stdout) and dig(across.stdout) == dig(one.stdout)
 
 
+@pytest.mark.parametrize("writer", ["coordinated", "dcp"])
+def test_checkpoints_across_nodes_restored_by_another_node(up, writer):
+    """llama3_8b's layout (8 ranks: 4 nodes x 2), scaled down, written to the GlusterFS
+    volume and restored with --rank-shift (each rank reads what a rank of another node
+    wrote), every tensor checked against the CRC-32C its writer recorded."""
+    out, d = up["tmp"] / f"ckpt-{writer}", os.path.join(up["data"], f"ckpt-{writer}")
+    p = srun(up, NODES * PPN, ["-m", "hpcio.checkpoint", "run", "--model", "llama3_8b",
+                               "--scale", "0.0002", "--writer", writer, "--dir", d,
+                               "--out", out, "--checkpoints", "2", "--rank-shift"])
+    assert p.returncode == 0, p.stdout + p.stderr
+    s = json.loads((out / "summary.json").read_text())
+    assert (s["complete"], s["nodes"], s["ranks"], s["rank_shift"]) == (True, NODES,
+                                                                       NODES * PPN, PPN), s
+    assert len(s["checkpoints"]) == 2 and all(c["read_GiB_per_s"] > 0 and
+                                              c["write_GiB_per_s"] > 0
+                                              for c in s["checkpoints"]), s["checkpoints"]
+    assert sorted(n["host"] for n in s["cache"]["nodes"]) == HOSTS, s["cache"]
+    steps = sorted(os.listdir(d))
+    assert steps == ["global_epoch1_step1", "global_epoch1_step2"], steps
+    assert all(os.path.exists(os.path.join(d, k, "complete")) for k in steps)
+
+
 def sbatch(up, job, *args, timeout=600):
     e = dict(env_of(up), HPCIO_VENV=os.path.dirname(os.path.dirname(sys.executable)))
 
