@@ -451,6 +451,30 @@ def test_traced_training_run(tmp_path, lib, parser, reader):
         assert sum(mpiio.values()) == sum(r["read_bytes"] for r in ranks) > 0
 
 
+def test_traced_checkpoints_mpiio_bytes_are_hpcios(tmp_path, lib, parser):
+    """The coordinated checkpoint writer under Darshan (the project's config, preloaded on
+    2 ranks): MPI-IO wrote and read exactly the checkpoint's bytes as hpcio counts them,
+    every rank its own shard (its tensors, no padding, no metadata)."""
+    logs = tmp_path / "logs"
+    os.makedirs(logs)
+    env = dict(os.environ, **darshan.trace_env(lib, darshan.DEFAULT_CONFIG, dxt=False,
+                                               log_dir=str(logs)))
+    out = tmp_path / "run"
+    p = launch([mpiexec(), "-n", "2", sys.executable, "-m", "hpcio.checkpoint", "run",
+                "--model", "llama3_8b", "--scale", "0.0002", "--writer", "coordinated",
+                "--dir", str(tmp_path / "ckpt"), "--out", str(out), "--checkpoints", "1"],
+               timeout=180, env=env)
+    assert p.returncode == 0, p.stderr
+    with open(out / "summary.json") as f:
+        want = json.load(f)["checkpoint_bytes"]
+    found = glob.glob(str(logs / "**" / "*.darshan"), recursive=True)
+    assert len(found) == 1, found
+    got = darshanlog.log_summary(found[0], parser)
+    wrote, read = got["bytes_written"]["MPI-IO"], got["bytes_read"]["MPI-IO"]
+    assert sum(wrote.values()) == sum(read.values()) == want > 0, (wrote, read, want)
+    assert sorted(wrote) == [0, 1] and all(v > 0 for v in wrote.values()), wrote
+
+
 def test_preloaded_without_the_config_is_said(tmp_path, lib):
     """A launcher that preloads Darshan itself, without the project's config: rank 0 says
     once, before training, that the log will miss the dataset's reads."""
