@@ -2,6 +2,7 @@
 exact round trips of every writer (1 rank in-process, 2 ranks in one launch), and the bad
 input a restore must refuse in one line."""
 
+import ctypes
 import json
 import os
 
@@ -12,6 +13,7 @@ from hpcio.checkpoint.layout import GIB, MODELS, Layout, load_model
 from hpcio.checkpoint.writers import WRITERS, plan
 from hpcio.errors import HpcioError
 
+from common.failure import one_line
 from common.inproc import run_main
 from common.mpi import run_mpi
 
@@ -232,3 +234,30 @@ def test_round_trip_two_ranks(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(ln for ln in p.stdout.splitlines() if ln.startswith("OK")) == \
         [f"OK {w}" for w in sorted(WRITERS)], p.stdout
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """An 8 MiB tmpfs: room for one tiny checkpoint (5.4 MiB), not two (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    d = tmp_path / "small"
+    d.mkdir()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(b"tmpfs", bytes(d), b"tmpfs", 0, b"size=8M"):
+        pytest.skip(f"cannot mount a tmpfs here ({os.strerror(ctypes.get_errno())})")
+    try:
+        yield d
+    finally:
+        libc.umount2(bytes(d), 2)  # MNT_DETACH
+
+
+@pytest.mark.hostile
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_full_disk_is_one_line_and_leaves_the_earlier_checkpoint(tmp_path, small_fs, writer):
+    p = run_main(["-m", "hpcio.checkpoint", "run", *TINY, "--writer", writer, "--checkpoints",
+                  "2", "--dir", small_fs / "ck", "--out", tmp_path / "run"])
+    line = one_line(p, "hpcio.checkpoint")
+    assert p.returncode != 0 and "checkpoint 2 not written" in line and "full" in line, line
+    assert (small_fs / "ck" / "global_epoch1_step1" / "complete").exists()
+    assert not (small_fs / "ck" / "global_epoch1_step2" / "complete").exists()

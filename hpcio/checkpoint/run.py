@@ -40,8 +40,8 @@ import numpy as np
 
 from ..cache import cold_scope, drop_caches, resident_fraction
 from ..cli import parse_key_values
-from ..errors import HpcioError, report_to
-from ..fsutil import atomic_json, atomic_write, evict
+from ..errors import HpcioError, describe, report_to
+from ..fsutil import atomic_json, atomic_write, evict, free_bytes
 from ..measure.rundir import RunDir, capture_env
 from ..mpiutil import on_root
 from ..world import init_world
@@ -188,6 +188,23 @@ def _evict_all(job, directory, names):
     return len(paths), resident_fraction(paths) if w.local_rank == 0 else None
 
 
+def _write_failure(exc, path):
+    """Why a writer failed, in words: the OS error inside (DCP gathers its ranks'
+    exceptions; MPI-IO says "Other I/O error" for a full disk), and a file system that
+    is full said as such."""
+    inner = [exc] + [f[0] if isinstance(f, tuple) else f
+                     for f in (getattr(exc, "failures", None) or {}).values()]
+    os_err = next((e for e in inner if isinstance(e, OSError) and e.strerror), None)
+    why = describe(os_err or exc)
+    try:
+        free = free_bytes(path)
+    except OSError:
+        free = None
+    if free is not None and free < (1 << 20) and "full" not in why:
+        return f"its file system is full ({free:,} bytes free; the writer said: {why})"
+    return why
+
+
 def _write_one(job, writer, directory, k, state, crcs, files):
     """Write checkpoint ``k``; (its name, this rank's seconds, rank 0's commit seconds)."""
     comm = job.comm
@@ -199,7 +216,15 @@ def _write_one(job, writer, directory, k, state, crcs, files):
         os.makedirs(path)
     comm.Barrier()
     t0 = time.perf_counter()
-    where = writer.save(path, state, files, k)
+    try:
+        where = writer.save(path, state, files, k)
+    except (HpcioError, KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # DCP's CheckpointException is a BaseException
+        # one line for the job: what failed, and what is left
+        raise HpcioError(f"{path}: checkpoint {k} not written: {_write_failure(e, path)}; "
+                         f"it has no '{COMPLETE}' marker (a restore refuses it), the "
+                         f"checkpoints before it are untouched") from e
     took = time.perf_counter() - t0
     for w in where:
         w.update(crcs[w["key"]])
