@@ -151,7 +151,7 @@ DEFERRED = {
     "hpcio/workloads/__init__.py": {"numpy"},
     "hpcio/train/trainer.py": {"torch", "hpcio.train.pipeline"},
     # torch: loaded by the checkpoint writers already (DCP's own group, in async mode)
-    "hpcio/train/statecheckpoint.py": {"torch.distributed", "torch.distributed.checkpoint"},
+    "hpcio/train/statecheckpoint.py": {"torch.distributed"},
     "hpcio/world.py": {"mpi4py", "torch.distributed"},
 }
 

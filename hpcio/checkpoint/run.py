@@ -47,10 +47,11 @@ from ..mpiutil import on_root
 from ..world import init_world
 from .command import default_out
 from .layout import GIB, Layout, load_model
-from .state import crc32c_of, make_state
+from .state import crc32c_of, make_state, tensor_records
 from .writers import make_writer
 
-__all__ = ["run", "Job", "MANIFEST", "COMPLETE", "FORMAT", "checkpoint_name", "read_manifest"]
+__all__ = ["run", "Job", "MANIFEST", "COMPLETE", "FORMAT", "checkpoint_name", "read_manifest",
+           "placed", "commit"]
 
 MANIFEST = "manifest.json"
 COMPLETE = "complete"
@@ -205,6 +206,33 @@ def _write_failure(exc, path):
     return why
 
 
+def placed(where, crcs, rank):
+    """A rank's writer's answer (where each tensor went) with what the manifest says of
+    each tensor (:func:`~.state.tensor_records`) and the rank."""
+    for w in where:
+        w.update(crcs[w["key"]])
+        w["rank"] = rank
+    return where
+
+
+def commit(path, writer, layout, tensors, **extra):
+    """Rank 0, once every rank's shard is durable: ``manifest.json``, then the
+    ``complete`` marker; the one writer of both (:func:`read_manifest` reads them)."""
+    data_files = sorted({w["data_file"] for w in tensors if w.get("data_file")})
+    manifest = {
+        "format": FORMAT, "version": 1, "name": os.path.basename(path),
+        "writer": writer.name, "layout": layout.record(), "bytes": layout.total_bytes,
+        "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "files": [{"name": f, "bytes": os.path.getsize(os.path.join(path, f))}
+                  for f in data_files],
+        "hints": getattr(writer, "used_hints", None), "tensors": tensors, **extra}
+    if writer.name == "coordinated":
+        manifest["align"] = writer.plan.align
+    atomic_json(os.path.join(path, MANIFEST), manifest, compact=True)
+    atomic_write(os.path.join(path, COMPLETE),
+                 lambda f: f.write(manifest["written"].encode() + b"\n"))
+
+
 def _write_one(job, writer, directory, k, state, crcs, files):
     """Write checkpoint ``k``; (its name, this rank's seconds, rank 0's commit seconds)."""
     comm = job.comm
@@ -226,33 +254,15 @@ def _write_one(job, writer, directory, k, state, crcs, files):
                          f"it has no '{COMPLETE}' marker (a restore refuses it), the "
                          f"checkpoints before it are untouched") from e
     took = time.perf_counter() - t0
-    for w in where:
-        w.update(crcs[w["key"]])
-        w["rank"] = job.rank
-    gathered = comm.gather((took, where), root=0)
-    commit = None
+    gathered = comm.gather((took, placed(where, crcs, job.rank)), root=0)
+    commit_s = None
     if job.rank == 0:
         t1 = time.perf_counter()
-        tensors = [w for _, ws in gathered for w in ws]
-        data_files = sorted({w["data_file"] for w in tensors if w.get("data_file")})
-        manifest = {
-            "format": FORMAT, "version": 1, "name": name, "writer": writer.name,
-            "layout": job.layout.record(), "bytes": job.layout.total_bytes,
-            "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "files": [{"name": f, "bytes": os.path.getsize(os.path.join(path, f))}
-                      for f in data_files],
-            "hints": getattr(writer, "used_hints", None),
-            "tensors": tensors,
-        }
-        if writer.name == "coordinated":
-            manifest["align"] = writer.plan.align
-        atomic_json(os.path.join(path, MANIFEST), manifest, compact=True)
-        atomic_write(os.path.join(path, COMPLETE),
-                     lambda f: f.write(manifest["written"].encode() + b"\n"))
-        commit = time.perf_counter() - t1
+        commit(path, writer, job.layout, [w for _, ws in gathered for w in ws])
+        commit_s = time.perf_counter() - t1
         gathered = [g[0] for g in gathered]
     comm.Barrier()
-    return name, gathered, commit
+    return name, gathered, commit_s
 
 
 def _verify(got, manifest, target, path):
@@ -320,11 +330,7 @@ def run(args):
         if args.phase in ("both", "write"):
             files = layout.files(world.rank)
             state = make_state(files, args.seed, world.rank)
-            crcs = {k: {"dtype": str(t.dtype).replace("torch.", ""), "shape": [t.numel()],
-                        "crc32c": crc32c_of(t)} for k, t in state.items()}
-            for f in files:
-                for t in f.tensors:
-                    crcs[t.key]["file"] = f.name
+            crcs = tensor_records(state, files)
             for k in range(1, args.checkpoints + 1):
                 name, took, commit = _write_one(job, writer, directory, k, state, crcs, files)
                 names.append(name)

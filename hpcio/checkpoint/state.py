@@ -7,7 +7,8 @@ import numpy as np
 
 from .layout import DTYPES
 
-__all__ = ["torch_dtype", "make_state", "empty_state", "crc32c_of", "tensor_bytes"]
+__all__ = ["torch_dtype", "make_state", "empty_state", "crc32c_of", "tensor_bytes",
+           "tensor_records"]
 
 
 def torch_dtype(name):
@@ -53,3 +54,11 @@ def crc32c_of(t):
     """CRC-32C of a tensor's bytes (the ``crc32c`` package: SSE4.2/ARMv8 instructions,
     several GB/s)."""
     return crc32c.crc32c(tensor_bytes(t))
+
+
+def tensor_records(state, files):
+    """Per tensor key, what the manifest says of it: dtype, elements, CRC-32C and the
+    DLIO file it belongs to (the restore's check)."""
+    return {t.key: {"dtype": str(state[t.key].dtype).replace("torch.", ""),
+                    "shape": [state[t.key].numel()], "crc32c": crc32c_of(state[t.key]),
+                    "file": f.name} for f in files for t in f.tensors}

@@ -116,6 +116,7 @@ class Dcp(_Writer):
         import torch.distributed as td  # torch: seconds (see TorchSave.save)
         self.td = td
         self.group = False
+        self.process_group = None  # DCP's group: None, the default one; a run may give its own
         if job.size > 1 and not td.is_initialized():
             init_process_group(job.world, "gloo")
             self.group = True
@@ -127,14 +128,16 @@ class Dcp(_Writer):
         self._maybe_fail(index)
         mine = {t.key: state[t.key] for f in files for t in f.tensors}
         dcp.save(mine, storage_writer=dcp.FileSystemWriter(
-            directory, single_file_per_rank=True, sync_files=True, thread_count=1))
+            directory, single_file_per_rank=True, sync_files=True, thread_count=1),
+            process_group=self.process_group)
         return [{"key": k, "data_file": None} for k in mine]
 
     def load(self, directory, files, manifest):
         import torch.distributed.checkpoint as dcp  # torch: seconds (see TorchSave.save)
         into = empty_state(files)
         try:
-            dcp.load(into, storage_reader=dcp.FileSystemReader(directory))
+            dcp.load(into, storage_reader=dcp.FileSystemReader(directory),
+                     process_group=self.process_group)
         except Exception as e:  # DCP wraps every rank's failure in a CheckpointException
             text = str(e).strip().splitlines()
             raise HpcioError(f"{directory}: torch.distributed.checkpoint.load failed: "

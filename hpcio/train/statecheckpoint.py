@@ -32,11 +32,10 @@ import threading
 import time
 
 from ..checkpoint.layout import MODELS, Layout, load_model
-from ..checkpoint.run import COMPLETE, FORMAT, MANIFEST, Job, checkpoint_name
-from ..checkpoint.state import crc32c_of, empty_state, make_state
+from ..checkpoint.run import Job, checkpoint_name, commit, placed
+from ..checkpoint.state import empty_state, make_state, tensor_records
 from ..checkpoint.writers import WRITERS, make_writer
 from ..errors import HpcioError
-from ..fsutil import atomic_json, atomic_write
 
 __all__ = ["MODES", "check_options", "StateCheckpointer", "summarize_checkpoints"]
 
@@ -112,9 +111,7 @@ class StateCheckpointer:
         self.writer = make_writer(args.checkpoint_writer, self.job)
         if self.mode == "async" and args.checkpoint_writer == "dcp" and world.size > 1:
             import torch.distributed as td  # torch: loaded by the DCP writer just now
-            self._dcp_group = td.new_group(backend="gloo")  # DCP's own, not the step's
-        else:
-            self._dcp_group = None
+            self.writer.process_group = td.new_group(backend="gloo")  # not the step's
         if world.rank == 0:  # a replaced run's checkpoints (--force): none left to mix with
             for n in os.listdir(directory):
                 if n.startswith("global_epoch"):
@@ -122,13 +119,7 @@ class StateCheckpointer:
         world.comm.Barrier()
         self.files = self.layout.files(world.rank)
         self.state = make_state(self.files, seed, world.rank)
-        self.crcs = {}
-        for f in self.files:
-            for t in f.tensors:
-                x = self.state[t.key]
-                self.crcs[t.key] = {"dtype": str(x.dtype).replace("torch.", ""),
-                                    "shape": [x.numel()], "crc32c": crc32c_of(x),
-                                    "file": f.name}
+        self.crcs = tensor_records(self.state, self.files)
         self.bytes = sum(x.numel() * x.element_size() for x in self.state.values())
         self.snapshot = empty_state(self.files) if self.mode == "async" else None
         for x in (self.snapshot or {}).values():  # its pages faulted in now, not in a step
@@ -138,40 +129,16 @@ class StateCheckpointer:
 
     def _save(self, path, state, index):
         os.makedirs(path, exist_ok=True)
-        if self._dcp_group is not None:
-            import torch.distributed.checkpoint as dcp  # torch: loaded by the writer
-            mine = {t.key: state[t.key] for f in self.files for t in f.tensors}
-            dcp.save(mine, storage_writer=dcp.FileSystemWriter(
-                path, single_file_per_rank=True, sync_files=True, thread_count=1),
-                process_group=self._dcp_group)
-            return [{"key": k, "data_file": None} for k in mine]
         return self.writer.save(path, state, self.files, index)
 
     def _commit(self, rec, path, where):
         """Collective: rank 0 writes the manifest and ``complete`` once every rank's shard
         is durable."""
         t0 = time.perf_counter()
-        for w in where:
-            w.update(self.crcs[w["key"]])
-            w["rank"] = self.world.rank
-        gathered = self.comm.gather(where, root=0)
+        gathered = self.comm.gather(placed(where, self.crcs, self.world.rank), root=0)
         if self.world.rank == 0:
-            tensors = [w for ws in gathered for w in ws]
-            data = sorted({w["data_file"] for w in tensors if w.get("data_file")})
-            manifest = {
-                "format": FORMAT, "version": 1, "name": os.path.basename(path),
-                "writer": self.writer.name, "layout": self.layout.record(),
-                "bytes": self.layout.total_bytes,
-                "written": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "files": [{"name": f, "bytes": os.path.getsize(os.path.join(path, f))}
-                          for f in data],
-                "hints": getattr(self.writer, "used_hints", None), "tensors": tensors,
-                "mode": self.mode, "global_step": rec["global_step"]}
-            if self.writer.name == "coordinated":
-                manifest["align"] = self.writer.plan.align
-            atomic_json(os.path.join(path, MANIFEST), manifest, compact=True)
-            atomic_write(os.path.join(path, COMPLETE),
-                         lambda f: f.write(manifest["written"].encode() + b"\n"))
+            commit(path, self.writer, self.layout, [w for ws in gathered for w in ws],
+                   mode=self.mode, global_step=rec["global_step"])
         self.comm.Barrier()  # the checkpoint is complete on every rank's clock
         return time.perf_counter() - t0
 
