@@ -245,7 +245,7 @@ def _med(xs):
     return statistics.median(xs), min(xs), max(xs)
 
 
-def main(argv=None):
+def build_parser():
     p = ArgumentParser(prog="python benchmarks/bench_train.py",
                        description="AU of emulated training at 50% and 80% of the "
                                    "measured storage bandwidth, naive vs coordinated.")
@@ -283,7 +283,72 @@ def main(argv=None):
     p.add_argument("--json", default=None, help="write all figures here too")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                    help="further hpcio.train flags for every run (e.g. --hint k=v)")
-    a = p.parse_args(argv)
+    return p
+
+
+def run_points(a, ds, compute, points):
+    """Every point's runs, the readers interleaved (reversed every other repeat)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    results = []
+    for rep in range(a.repeats):
+        for sh, f, n, ld in points:
+            readers = a.readers if rep % 2 == 0 else list(reversed(a.readers))
+            for r in readers:
+                tag = r.replace(":", "-").replace("=", "")
+                out = os.path.join(a.dir, f"{stamp}-{sh}-f{f}-n{n}-{ld}-{tag}-{rep}")
+                res = train(a, ds, r, compute[f], out, sh, n, ld)
+                res.update(fraction=f, compute_s=compute[f], repeat=rep, shuffle=sh)
+                results.append(res)
+                print(f"  {sh:<6} f={f:.2f} n={n} {ld:<5} {r:<12} AU {res['au']:5.1f}% "
+                      f"(MLPerf {res['au_mlperf']:5.1f}%)  {res['samples_s']:7.0f} "
+                      f"samples/s  stall {res['stall']:5.1f}%  CPU "
+                      f"{res['cpu_ms_per_ksample']:6.0f} ms/1k samples  faults/epoch "
+                      f"{res['minflt_epoch']:6.0f}"
+                      + ("" if res["quiet"] or ld != "quiet" else "  (not quiet: left out)")
+                      + (f"  disk queue {res.get('disk_queue', 0):.1f}, request "
+                         f"{res.get('disk_req_kib', 0):.0f} KiB, read "
+                         f"{res.get('disk_read_mb', 0):.0f} MB, tenant "
+                         f"{res['tenant_mb']:.0f} MB in {res['wall_s']:.1f} s"
+                         if ld == "tenant" else ""),
+                      flush=True)
+    return results
+
+
+def ratio_lines(a, results, points):
+    """Each other reader over the first, pairs of the same repeat: samples/s and CPU per
+    sample, median (min-max); then whether coordinated met the AU target."""
+    lines = []
+    base, others = a.readers[0], a.readers[1:]
+    for sh, f, n, ld in points:
+        for r in others:
+            pairs = [(x, y) for x in results for y in results
+                     if x["repeat"] == y["repeat"] and x["reader"] == r and y["reader"] == base
+                     and all(x[k] == y[k] == v for k, v in (("shuffle", sh), ("fraction", f),
+                                                             ("ranks", n), ("load", ld)))]
+            if not pairs:
+                continue
+            sp = _med([x["samples_s"] / y["samples_s"] for x, y in pairs])
+            cp = _med([x["cpu_ms_per_ksample"] / y["cpu_ms_per_ksample"] for x, y in pairs])
+            lines.append(f"{sh:<7} {f * 100:3.0f}% n={n} {ld:<5} {r} / {base}: samples/s "
+                         f"{sp[0]:.2f}x ({sp[1]:.2f}-{sp[2]:.2f}), CPU per sample "
+                         f"{cp[0]:.2f}x ({cp[1]:.2f}-{cp[2]:.2f})")
+    return lines
+
+
+def target_lines(a, table):
+    lines = []
+    for sh in a.shuffles:
+        coord = [t for t in table if t["reader"] == "coordinated" and t["shuffle"] == sh
+                 and t["load"] == "quiet"]
+        if coord:
+            ok = all(t["au_median"] >= a.target for t in coord)
+            lines.append(f"target AU over every step >= {a.target:g}% for coordinated at "
+                         f"every demand ({sh} shuffle, quiet): {'met' if ok else 'NOT met'}")
+    return lines
+
+
+def main(argv=None):
+    a = build_parser().parse_args(argv)
 
     from hpcio.datagen.write import generate
     os.makedirs(a.dir, exist_ok=True)
@@ -308,31 +373,9 @@ def main(argv=None):
 
     step_bytes = max(a.ranks) * a.batch * rec
     compute = {f: step_bytes / (f * BW) for f in a.fractions}
-    stamp = time.strftime("%Y%m%d-%H%M%S")
     points = [(sh, f, n, ld) for sh in a.shuffles for f in a.fractions for n in a.ranks
               for ld in a.loads]
-    results = []
-    for rep in range(a.repeats):
-        for sh, f, n, ld in points:
-            readers = a.readers if rep % 2 == 0 else list(reversed(a.readers))
-            for r in readers:
-                tag = r.replace(":", "-").replace("=", "")
-                out = os.path.join(a.dir, f"{stamp}-{sh}-f{f}-n{n}-{ld}-{tag}-{rep}")
-                res = train(a, ds, r, compute[f], out, sh, n, ld)
-                res.update(fraction=f, compute_s=compute[f], repeat=rep, shuffle=sh)
-                results.append(res)
-                print(f"  {sh:<6} f={f:.2f} n={n} {ld:<5} {r:<12} AU {res['au']:5.1f}% "
-                      f"(MLPerf {res['au_mlperf']:5.1f}%)  {res['samples_s']:7.0f} "
-                      f"samples/s  stall {res['stall']:5.1f}%  CPU "
-                      f"{res['cpu_ms_per_ksample']:6.0f} ms/1k samples  faults/epoch "
-                      f"{res['minflt_epoch']:6.0f}"
-                      + ("" if res["quiet"] or ld != "quiet" else "  (not quiet: left out)")
-                      + (f"  disk queue {res.get('disk_queue', 0):.1f}, request "
-                         f"{res.get('disk_req_kib', 0):.0f} KiB, read "
-                         f"{res.get('disk_read_mb', 0):.0f} MB, tenant "
-                         f"{res['tenant_mb']:.0f} MB in {res['wall_s']:.1f} s"
-                         if ld == "tenant" else ""),
-                      flush=True)
+    results = run_points(a, ds, compute, points)
 
     lines = ["", f"emulated training, batch {a.batch}/rank, {a.epochs} epochs, cold cache "
              f"before each, {a.format} {a.encoding} records of {rec / 1024:.0f} KiB; storage "
@@ -365,27 +408,7 @@ def main(argv=None):
                          f"{med['mib_s']:8.1f} {med['stall']:8.1f} "
                          f"{med['cpu_ms_per_ksample']:9.0f} {med['minflt_epoch']:9.0f} "
                          f"{len(rs):>4}")
-    base, others = a.readers[0], a.readers[1:]
-    for sh, f, n, ld in points:
-        for r in others:
-            pairs = [(x, y) for x in results for y in results
-                     if x["repeat"] == y["repeat"] and x["reader"] == r and y["reader"] == base
-                     and all(x[k] == y[k] == v for k, v in (("shuffle", sh), ("fraction", f),
-                                                             ("ranks", n), ("load", ld)))]
-            if not pairs:
-                continue
-            sp = _med([x["samples_s"] / y["samples_s"] for x, y in pairs])
-            cp = _med([x["cpu_ms_per_ksample"] / y["cpu_ms_per_ksample"] for x, y in pairs])
-            lines.append(f"{sh:<7} {f * 100:3.0f}% n={n} {ld:<5} {r} / {base}: samples/s "
-                         f"{sp[0]:.2f}x ({sp[1]:.2f}-{sp[2]:.2f}), CPU per sample "
-                         f"{cp[0]:.2f}x ({cp[1]:.2f}-{cp[2]:.2f})")
-    for sh in a.shuffles:
-        coord = [t for t in table if t["reader"] == "coordinated" and t["shuffle"] == sh
-                 and t["load"] == "quiet"]
-        if coord:
-            ok = all(t["au_median"] >= a.target for t in coord)
-            lines.append(f"target AU over every step >= {a.target:g}% for coordinated at "
-                         f"every demand ({sh} shuffle, quiet): {'met' if ok else 'NOT met'}")
+    lines += ratio_lines(a, results, points) + target_lines(a, table)
     print("\n".join(lines))
     if a.json:
         with open(a.json, "w") as fh:
