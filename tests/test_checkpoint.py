@@ -1,6 +1,6 @@
 """hpcio.checkpoint: DLIO's sizes and files of the llama3 layouts, the coordinated plan, byte
-exact round trips of every writer (1 rank in-process, 2 ranks in one launch), and the bad
-input a restore must refuse in one line."""
+exact round trips of every writer (1 rank in-process, 2 ranks in one launch; 4 ranks on
+GlusterFS in tests/test_pfs.py), and the bad input a restore must refuse in one line."""
 
 import ctypes
 import json

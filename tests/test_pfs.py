@@ -3,7 +3,7 @@ FUSE-mounted), with per-request delay, for hpcio's runs against network storage.
 
 Needs root and Debian's glusterfs packages (the script installs them; the test skips when it
 cannot). It brings a testbed up and down and runs ``hpcio.demo`` on it at a tiny size (~70 s
-in all): it runs in its own CI lane (.ci/lane-pfs); ``make test`` deselects it
+in all), and every checkpoint writer at 4 ranks through the mount: it runs in its own CI lane (.ci/lane-pfs); ``make test`` deselects it
 (``-m "not lane"``).
 """
 
@@ -18,6 +18,7 @@ from hpcio import demo
 from hpcio.cache import cold_scope
 from common.failure import one_line
 from common.launch import launch
+from common.mpi import run_mpi
 
 pytestmark = [pytest.mark.slow, pytest.mark.mpi, pytest.mark.lane]  # daemons, a mount, ~70 s
 
@@ -139,6 +140,19 @@ def test_delay_is_real(testbed):
     delay = DELAY_US * 1e-6
     assert slow >= 3 * delay, (slow, fast)
     assert slow - fast >= 1.5 * delay, (slow, fast)
+
+
+def test_checkpoints_at_four_ranks_round_trip_through_the_mount(testbed):
+    """Every checkpoint writer (DCP, torch.save, coordinated MPI-IO) at 4 ranks on the
+    GlusterFS volume: written through the FUSE mount, each rank restores its own shard and its
+    neighbour's, byte for byte (tests/mpi/check_checkpoint.py)."""
+    d = os.path.join(testbed["mount"], "checkpoints")
+    os.makedirs(d)
+    check = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi", "check_checkpoint.py")
+    p = run_mpi(4, [check, d], timeout=240)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(ln for ln in p.stdout.splitlines() if ln.startswith("OK")) == \
+        ["OK coordinated", "OK dcp", "OK torch_save"], p.stdout
 
 
 def test_start_refused_while_up(testbed):

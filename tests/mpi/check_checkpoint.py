@@ -1,7 +1,7 @@
-"""Run under mpiexec with 2 ranks: every checkpoint writer writes a tiny llama3_8b
-checkpoint and restores it, each rank its own shard and then its neighbour's (a rank shift
-of one); every restored tensor must equal the original's bytes. Prints ``OK <writer>`` per
-writer on rank 0.
+"""Run under mpiexec (2 ranks in the suite, 4 in the GlusterFS lane): every checkpoint
+writer writes a tiny llama3_8b checkpoint and restores it, each rank its own shard and then
+its neighbour's (a rank shift of one); every restored tensor must equal the original's bytes.
+Prints ``OK <writer>`` per writer on rank 0.
 
 Usage: check_checkpoint.py DIR
 """
