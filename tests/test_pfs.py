@@ -2,9 +2,9 @@
 FUSE-mounted), with per-request delay, for hpcio's runs against network storage.
 
 Needs root and Debian's glusterfs packages (the script installs them; the test skips when it
-cannot). It brings a testbed up and down and runs ``hpcio.demo`` on it at a tiny size (~70 s
-in all), and every checkpoint writer at 4 ranks through the mount: it runs in its own CI lane (.ci/lane-pfs); ``make test`` deselects it
-(``-m "not lane"``).
+cannot). It brings a testbed up and down, runs ``hpcio.demo`` on it at a tiny size, and every
+checkpoint writer at 4 ranks through the mount (~80 s in all): it runs in its own CI lane
+(.ci/lane-pfs); ``make test`` deselects it (``-m "not lane"``).
 """
 
 import json
