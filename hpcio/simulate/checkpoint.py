@@ -16,7 +16,10 @@ holding its files, shared max-min with every other rank's (SimGrid, as
   ``write_mbs`` (``storage.bandwidth_mbs`` when reading), the node's link ``nic_mbs``;
   beside it the writer's own cost on the node's cores (``ns_per_byte``: serialising,
   copying; one core per rank, the node's ``cores`` shared): the slower sets the time;
-* **fsync**: ``fsync_ms`` per file written.
+* **fsync**: ``fsync_ms`` per file written;
+
+and one process's stream through the file-system client is at most ``process_write_mbs``
+(``process_read_mbs``): a FUSE client's round trips, a Lustre client's RPCs in flight.
 
 Above :data:`hpcio.simulate.engine.MAX_ACTORS` ranks, consecutive ranks of a node are one
 actor (:func:`hpcio.simulate.engine.layout`), its flows their bytes summed, its latencies a
@@ -27,7 +30,7 @@ import math
 import os
 import pickle
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import yaml
@@ -38,8 +41,8 @@ from .engine import available, layout as group_layout
 from .platform import parse_platform
 from .topology import FLOPS
 
-__all__ = ["CkptCosts", "WriterCost", "make_case", "WRITERS", "PHASES", "Case", "plan", "simulate_cases",
-           "load_ckpt_platform", "parse_costs", "costs_dict"]
+__all__ = ["CkptCosts", "WriterCost", "make_case", "WRITERS", "PHASES", "Case", "plan",
+           "simulate_cases", "load_ckpt_platform", "parse_costs", "costs_dict", "START"]
 
 PHASES = ("write", "read")
 
@@ -61,6 +64,8 @@ class CkptCosts:
     fsync_s: float                    # per file written
     metadata_ops: float = math.inf    # creates/opens per second, the whole file system
     writers: dict = field(default_factory=dict)   # name -> WriterCost
+    process_write_bps: float = math.inf   # one process's stream through the file-system
+    process_read_bps: float = math.inf    # client (a FUSE client's round trips), each way
 
 
 def _files_per_process(layout, extra):
@@ -190,10 +195,23 @@ def _build(sg, zone, k, case, actors, group, per_host):
         for h in hosts:
             zone.add_route(s.netpoint, h.netpoint, None, None,
                            [sg.LinkInRoute(link[s.name]), sg.LinkInRoute(link[h.name])], True)
-    return hosts, servers, mds
+    # one process's stream cap: its flows leave from a host of its own whose link carries
+    # its members' streams, then the node's link and the server's
+    cap = c.process_write_bps if case.phase == "write" else c.process_read_bps
+    streams = [None] * len(actors)
+    if math.isfinite(cap):
+        for a, act in enumerate(actors):
+            h = streams[a] = zone.create_host(f"k{k}p{a}", FLOPS)
+            lk = zone.create_link(f"k{k}lp{a}", cap * act[0])
+            for s in servers:
+                zone.add_route(s.netpoint, h.netpoint, None, None,
+                               [sg.LinkInRoute(link[s.name]),
+                                sg.LinkInRoute(link[hosts[act[1]].name]),
+                                sg.LinkInRoute(lk)], True)
+    return hosts, servers, mds, streams
 
 
-def _actor(sg, case, hosts, servers, mds, act, ends, a):
+def _actor(sg, case, hosts, servers, mds, stream, act, ends, a):
     """One actor: metadata, then its bytes beside the writer's CPU, then fsync."""
     members, node, ops, files, sb, busiest = act
     c = case.costs
@@ -208,8 +226,9 @@ def _actor(sg, case, hosts, servers, mds, act, ends, a):
             sg.Comm.sendto(host, mds, int(ops * members))
     t1 = sg.Engine.clock
     ns = wc.write_ns_per_byte if write else wc.read_ns_per_byte
-    comms = [sg.Comm.sendto_async(host, servers[j], int(n)) if write else
-             sg.Comm.sendto_async(servers[j], host, int(n))
+    src = stream or host
+    comms = [sg.Comm.sendto_async(src, servers[j], int(n)) if write else
+             sg.Comm.sendto_async(servers[j], src, int(n))
              for j, n in enumerate(sb) if n >= 1]
     ex = sg.this_actor.exec_async(busiest * ns * 1e-9 * FLOPS) if ns > 0 else None
     for cm in comms:
@@ -228,7 +247,7 @@ def _run(cases, plans):
     saved = os.dup(2)
     os.dup2(devnull, 2)
     try:
-        import simgrid as sg
+        import simgrid as sg  # optional, and only in the forked child (one engine each)
         e = sg.Engine(["hpcio.simulate", "--log=root.thres:critical",
                        "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0"])
     finally:
@@ -241,13 +260,13 @@ def _run(cases, plans):
                                                       per_host)))
     zone.seal()
     outs = []
-    for k, (case, (actors, group, per_host, (hosts, servers, mds))) in \
+    for k, (case, (actors, group, per_host, (hosts, servers, mds, streams))) in \
             enumerate(zip(cases, built)):
         ends = [None] * len(actors)
         outs.append((ends, actors, group))
         for a, act in enumerate(actors):
             sg.Actor.create(f"k{k}a{a}", hosts[act[1]], _actor, sg, case, hosts, servers,
-                            mds, act, ends, a)
+                            mds, streams[a], act, ends, a)
     e.run()
     return [(np.array(ends, dtype=float), group) for ends, _, group in outs]
 
@@ -297,8 +316,10 @@ def _limit(case, ends, actors):
     cpu = max(a[5] for a in actors) * ns * 1e-9 * max(1.0, ranks_node / p.node_cores)
     meta = float((ends[:, 1] - ends[:, 0]).max())
     fsync = float((ends[:, 3] - ends[:, 2]).max())
+    cap = c.process_write_bps if case.phase == "write" else c.process_read_bps
+    stream = max(a[5] for a in actors) / cap
     shares = {"storage": server, "network": nic, "client CPU": cpu, "metadata": meta,
-              "fsync": fsync}
+              "fsync": fsync, "process stream": stream}
     return wall, total, {k: v / wall if wall > 0 else 0.0 for k, v in shares.items()}
 
 
@@ -355,7 +376,15 @@ def parse_costs(d, where):
                      fsync_s=_positive(s, d, "fsync_ms") * 1e-3,
                      metadata_ops=_positive(s, d, "metadata_ops", default=math.inf,
                                             allow_zero=False),
-                     writers=writers)
+                     writers=writers,
+                     process_write_bps=_positive(s, d, "process_write_mbs", default=math.inf,
+                                                 allow_zero=False) * 1e6,
+                     process_read_bps=_positive(s, d, "process_read_mbs", default=math.inf,
+                                                allow_zero=False) * 1e6)
+
+
+def _mbs(bps):
+    return "unlimited" if math.isinf(bps) else round(bps / 1e6, 3)
 
 
 def costs_dict(c):
@@ -363,6 +392,8 @@ def costs_dict(c):
     return {"write_mbs": round(c.write_bps / 1e6, 3), "create_us": round(c.create_s * 1e6, 3),
             "open_us": round(c.open_s * 1e6, 3), "fsync_ms": round(c.fsync_s * 1e3, 4),
             "metadata_ops": "unlimited" if math.isinf(c.metadata_ops) else c.metadata_ops,
+            "process_write_mbs": _mbs(c.process_write_bps),
+            "process_read_mbs": _mbs(c.process_read_bps),
             "writers": {k: {"write_ns_per_byte": round(v.write_ns_per_byte, 4),
                             "read_ns_per_byte": round(v.read_ns_per_byte, 4)}
                         for k, v in sorted(c.writers.items())}}
@@ -397,6 +428,3 @@ def make_case(platform, costs, model, world, writer, phase, scale=1.0, files=1):
     lookup(WRITERS, writer, "--writer")
     return Case(platform.fit_ranks(world), costs, L, writer, phase, files)
 
-
-def with_costs(costs, **kw):
-    return replace(costs, **kw)

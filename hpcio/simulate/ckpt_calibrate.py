@@ -19,11 +19,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 import yaml
 
-from ..checkpoint.layout import GIB, Layout, load_model
+from ..checkpoint.layout import Layout, load_model
 from ..errors import HpcioError
-from .checkpoint import CkptCosts, WriterCost, Case, simulate_cases
+from .checkpoint import WriterCost, Case, simulate_cases
 
-__all__ = ["Measured", "load_runs", "client_costs", "fit", "residuals", "PARAMS"]
+__all__ = ["Measured", "load_runs", "medians", "client_costs", "fit", "residuals",
+           "summary_errors", "with_writers", "PARAMS"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class Measured:
     read_gib_s: float
     write_s: float
     read_s: float
+    write_range: tuple = ()     # a point's rounds: (min, max) GiB/s
+    read_range: tuple = ()
+    rounds: int = 1
 
     @property
     def ranks(self):
@@ -85,6 +89,26 @@ def load_runs(paths):
     return out
 
 
+def medians(runs):
+    """One point per writer, layout and shared files: the median of its rounds' GiB/s
+    (and seconds), their range kept (a round slowed by another job on the machine moves the
+    median least)."""
+    points = {}
+    for r in runs:
+        points.setdefault((r.writer, r.layout, r.files), []).append(r)
+    out = []
+    for (writer, layout, files), rs in sorted(points.items(), key=lambda kv: (
+            kv[0][1].world, kv[0][0])):
+        w = [r.write_gib_s for r in rs]
+        rd = [r.read_gib_s for r in rs]
+        out.append(Measured(f"{writer}-n{layout.world}", layout, writer, files,
+                            float(np.median(w)), float(np.median(rd)),
+                            float(np.median([r.write_s for r in rs])),
+                            float(np.median([r.read_s for r in rs])),
+                            (min(w), max(w)), (min(rd), max(rd)), len(rs)))
+    return out
+
+
 def client_costs(runs):
     """Each writer's own ns per byte (write, read), from one-process runs on memory-speed
     storage: the mean checkpoint time over the rank's bytes, the median over runs."""
@@ -100,10 +124,12 @@ def client_costs(runs):
 
 #: fitted per phase: name -> (CkptCosts/Platform attribute, unit, start, low, high)
 PARAMS = {"write": {"write_bps": (1e6, "MB/s", 200.0, 5.0, 1e5),
-                    "create_s": (1e-6, "us", 1000.0, 1.0, 1e6),
-                    "fsync_s": (1e-3, "ms", 10.0, 0.01, 1e4)},
+                    "process_write_bps": (1e6, "MB/s", 1000.0, 5.0, 1e5),
+                    "create_s": (1e-6, "us", 1000.0, 1.0, 1e5),
+                    "fsync_s": (1e-3, "ms", 10.0, 0.01, 1e3)},
           "read": {"server_bps": (1e6, "MB/s", 200.0, 5.0, 1e5),
-                   "open_s": (1e-6, "us", 500.0, 1.0, 1e6)}}
+                   "process_read_bps": (1e6, "MB/s", 1000.0, 5.0, 1e5),
+                   "open_s": (1e-6, "us", 500.0, 1.0, 1e5)}}
 
 
 def _apply(platform, costs, values):
@@ -167,7 +193,8 @@ def residuals(platform, costs, runs):
     sim_r = simulate_cases(_cases(platform, costs, runs, "read"))
     out = []
     for r, w, rd in zip(runs, sim_w, sim_r):
-        out.append({"run": r.name, "writer": r.writer, "ranks": r.ranks,
+        out.append({"run": r.name, "writer": r.writer, "ranks": r.ranks, "rounds": r.rounds,
+                    "write_range": r.write_range, "read_range": r.read_range,
                     "write_gib_s": r.write_gib_s, "sim_write_gib_s": w["GiB_per_s"],
                     "write_err": w["GiB_per_s"] / r.write_gib_s - 1, "write_limit": w["limit"],
                     "read_gib_s": r.read_gib_s, "sim_read_gib_s": rd["GiB_per_s"],
@@ -185,10 +212,3 @@ def summary_errors(rows):
 
 def with_writers(costs, writers):
     return replace(costs, writers={**costs.writers, **writers})
-
-
-def gib(b):
-    return b / GIB
-
-
-CkptCosts  # re-exported for the command

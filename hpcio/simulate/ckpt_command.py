@@ -13,8 +13,8 @@ from ..errors import HpcioError
 from ..fsutil import atomic_write
 from .checkpoint import PHASES, WRITERS, costs_dict, load_ckpt_platform, make_case, \
     simulate_cases
-from .ckpt_calibrate import client_costs, fit, load_runs, residuals, summary_errors, \
-    with_writers
+from .ckpt_calibrate import client_costs, fit, load_runs, medians, residuals, \
+    summary_errors, with_writers
 from .ckpt_published import add_published
 from .engine import MAX_ACTORS
 from .platform import platform_dict
@@ -66,20 +66,22 @@ def _predict(args):
           f"resource busiest over the wall):")
     _print_rows(rows)
     if args.output:
-        atomic_write(args.output, json.dumps({"platform": args.platform, "rows": rows},
-                                             indent=1) + "\n")
+        data = (json.dumps({"platform": args.platform, "rows": rows}, indent=1) + "\n").encode()
+        atomic_write(args.output, lambda f: f.write(data))
         print(f"wrote {args.output}")
     return 0
 
 
 def _print_residuals(title, rows):
     print(title)
-    print(f"  {'run':<28} {'P':>3} {'write GiB/s meas/sim':>21} {'err':>6} "
-          f"{'read GiB/s meas/sim':>20} {'err':>6}  set by (write, read)")
+    print(f"  {'point':<16} {'P':>3} {'rounds':>6} {'write GiB/s meas (range) / sim':>32} "
+          f"{'err':>6} {'read GiB/s meas (range) / sim':>31} {'err':>6}  set by (write, read)")
     for r in rows:
-        print(f"  {r['run']:<28} {r['ranks']:>3} {r['write_gib_s']:>10.3f}/"
-              f"{r['sim_write_gib_s']:<10.3f} {100 * r['write_err']:>+5.0f}% "
-              f"{r['read_gib_s']:>9.3f}/{r['sim_read_gib_s']:<10.3f} "
+        wr, rr = r["write_range"], r["read_range"]
+        print(f"  {r['run']:<16} {r['ranks']:>3} {r['rounds']:>6} {r['write_gib_s']:>7.3f} "
+              f"({wr[0]:.3f}-{wr[1]:.3f}) / {r['sim_write_gib_s']:<6.3f} "
+              f"{100 * r['write_err']:>+5.0f}% {r['read_gib_s']:>7.3f} "
+              f"({rr[0]:.3f}-{rr[1]:.3f}) / {r['sim_read_gib_s']:<6.3f} "
               f"{100 * r['read_err']:>+5.0f}%  {r['write_limit']}, {r['read_limit']}")
 
 
@@ -87,6 +89,7 @@ def calibrate_report(platform, costs, runs, client, on):
     """Fit on the runs at ``on`` processes, the writers' costs from ``client``; (platform,
     costs, fitted values, calibration rows, held-out rows)."""
     costs = with_writers(costs, client_costs(client))
+    runs = medians(runs)
     used = [r for r in runs if r.ranks in on]
     held = [r for r in runs if r.ranks not in on]
     if not used:
@@ -100,6 +103,19 @@ def calibrate_report(platform, costs, runs, client, on):
         residuals(platform, costs, held)
 
 
+def _header(path):
+    """The platform file's leading comment lines (what it describes, where from), which the
+    fitted file keeps: calibrating into the file it reads changes only its values."""
+    with open(path) as f:
+        lines = f.read().splitlines()
+    head = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        head.append(line + "\n")
+    return "".join(head)
+
+
 def _calibrate(args):
     platform, costs, _ = load_ckpt_platform(args.platform, required=False)
     runs, client = load_runs(args.runs), load_runs(args.client_runs)
@@ -110,19 +126,24 @@ def _calibrate(args):
         for w, c in sorted(costs.writers.items())))
     print("fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in values.items()))
     _print_residuals(f"calibration runs (P in {args.calibrate_on}):", cal)
+    w = r = None
     if held:
         _print_residuals("held out:", held)
         w, r = summary_errors(held)
-        print(f"held-out error, mean |sim/meas - 1| over {len(held)} runs: write {w:.0f}%, "
-              f"read {r:.0f}%")
+        print(f"held-out error, mean |sim/meas - 1| over {len(held)} points (the median of "
+              f"their rounds): write {w:.0f}%, read {r:.0f}%")
     else:
         print("held out: no run at another process count; the fit is unvalidated")
     if args.output:
         out = platform_dict(platform)
         out["checkpoint"] = costs_dict(costs)
-        out["checkpoint_calibration"] = {"runs": sorted(r.name for r in runs),
-                                         "calibrate_on": args.calibrate_on}
-        atomic_write(args.output, yaml.safe_dump(out, sort_keys=False))
+        out["checkpoint_calibration"] = {
+            "runs": len(runs), "client_runs": sorted(r.name for r in client),
+            "calibrate_on": args.calibrate_on,
+            "held_out_error_percent": None if w is None else {"write": round(w, 1),
+                                                              "read": round(r, 1)}}
+        data = (_header(args.platform) + yaml.safe_dump(out, sort_keys=False)).encode()
+        atomic_write(args.output, lambda f: f.write(data))
         print(f"wrote {args.output}")
     return 0
 

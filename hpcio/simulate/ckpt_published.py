@@ -89,7 +89,8 @@ def _markdown(rows):
              "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(
-            f"| {r['org']} {r['system']} | {r['model']} | {r['hosts']} / {r['processes']} | "
+            f"| {r['org']}: `{r['platform'][:-5]}` | {r['model']} | "
+            f"{r['hosts']} / {r['processes']} | "
             f"{float(r['write_gib_s']):.1f} / {r['sim_write_gib_s']:.1f} "
             f"({_pct(r['write_err'])}) | {r['write_limit']} | "
             f"{r['read_gib_s'] or '-'} / {r['sim_read_gib_s']:.1f} ({_pct(r['read_err'])}) "
@@ -115,7 +116,8 @@ def _published(args):
         w.writeheader()
         for r in out:
             w.writerow({k: (f"{r[k]:.4f}" if isinstance(r[k], float) else r[k]) for k in keys})
-        atomic_write(args.output, buf.getvalue())
+        data = buf.getvalue().encode()
+        atomic_write(args.output, lambda f: f.write(data))
         print(f"wrote {args.output}")
     return 0
 
