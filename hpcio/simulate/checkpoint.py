@@ -308,7 +308,7 @@ def _limit(case, ends, actors):
     per_node = {}
     for a in actors:
         per_node[a[1]] = per_node.get(a[1], 0.0) + float(a[4].sum())
-    _, group, per_host = None, *group_layout(p, case.layout.world)
+    _, per_host = group_layout(p, case.layout.world)
     nic = max(per_node.values()) / (p.nic_bps * per_host) if per_node else 0.0
     wc = c.writers.get(case.writer, WriterCost())
     ns = wc.write_ns_per_byte if case.phase == "write" else wc.read_ns_per_byte
