@@ -68,21 +68,17 @@ class CkptCosts:
     process_read_bps: float = math.inf    # client (a FUSE client's round trips), each way
 
 
-def _files_per_process(layout, extra):
-    """Per rank: (files it writes, [(file index, bytes)]): DLIO's files (``dlio``) or one
-    file per rank (``rank``)."""
-    def per_rank(how):
-        out, g = [], 0
-        for r in range(layout.world):
-            fs = layout.files(r)
-            if how == "rank":
-                sizes = [sum(f.nbytes for f in fs)] if fs else []
-            else:
-                sizes = [f.nbytes for f in fs]
-            out.append([(g + i, n) for i, n in enumerate(sizes)])
-            g += len(sizes)
-        return out
-    return per_rank(extra)
+def _files_per_process(layout, how):
+    """Per rank, its files as [(file index in the checkpoint, bytes)]: DLIO's files
+    (``dlio``) or one file per rank (``rank``)."""
+    out, g = [], 0
+    for r in range(layout.world):
+        fs = layout.files(r)
+        sizes = ([sum(f.nbytes for f in fs)] if fs else []) if how == "rank" \
+            else [f.nbytes for f in fs]
+        out.append([(g + i, n) for i, n in enumerate(sizes)])
+        g += len(sizes)
+    return out
 
 
 def _dcp(layout, files):
