@@ -19,7 +19,9 @@ holding its files, shared max-min with every other rank's (SimGrid, as
 * **fsync**: ``fsync_ms`` per file written;
 
 and one process's stream through the file-system client is at most ``process_write_mbs``
-(``process_read_mbs``): a FUSE client's round trips, a Lustre client's RPCs in flight.
+(``process_read_mbs``): a FUSE client's round trips, a Lustre client's RPCs in flight; the
+client's own CPU per byte (``client_write_ns_per_byte``) joins the writer's on the node's
+cores, where ranks past the cores share them.
 
 Above :data:`hpcio.simulate.engine.MAX_ACTORS` ranks, consecutive ranks of a node are one
 actor (:func:`hpcio.simulate.engine.layout`), its flows their bytes summed, its latencies a
@@ -66,6 +68,8 @@ class CkptCosts:
     writers: dict = field(default_factory=dict)   # name -> WriterCost
     process_write_bps: float = math.inf   # one process's stream through the file-system
     process_read_bps: float = math.inf    # client (a FUSE client's round trips), each way
+    client_write_ns: float = 0.0      # the file-system client's CPU per byte on the node's
+    client_read_ns: float = 0.0       # cores (FUSE, the kernel), beside the writer's own
 
 
 def _files_per_process(layout, how):
@@ -207,6 +211,13 @@ def _build(sg, zone, k, case, actors, group, per_host):
     return hosts, servers, mds, streams
 
 
+def _ns(c, wc, write):
+    """CPU per byte a rank spends on its node's cores: its writer's and the file-system
+    client's."""
+    return (wc.write_ns_per_byte + c.client_write_ns) if write else \
+        (wc.read_ns_per_byte + c.client_read_ns)
+
+
 def _actor(sg, case, hosts, servers, mds, stream, act, ends, a):
     """One actor: metadata, then its bytes beside the writer's CPU, then fsync."""
     members, node, ops, files, sb, busiest = act
@@ -221,7 +232,7 @@ def _actor(sg, case, hosts, servers, mds, stream, act, ends, a):
         if math.isfinite(c.metadata_ops):
             sg.Comm.sendto(host, mds, int(ops * members))
     t1 = sg.Engine.clock
-    ns = wc.write_ns_per_byte if write else wc.read_ns_per_byte
+    ns = _ns(c, wc, write)
     src = stream or host
     comms = [sg.Comm.sendto_async(src, servers[j], int(n)) if write else
              sg.Comm.sendto_async(servers[j], src, int(n))
@@ -306,8 +317,7 @@ def _limit(case, ends, actors):
         per_node[a[1]] = per_node.get(a[1], 0.0) + float(a[4].sum())
     _, per_host = group_layout(p, case.layout.world)
     nic = max(per_node.values()) / (p.nic_bps * per_host) if per_node else 0.0
-    wc = c.writers.get(case.writer, WriterCost())
-    ns = wc.write_ns_per_byte if case.phase == "write" else wc.read_ns_per_byte
+    ns = _ns(c, c.writers.get(case.writer, WriterCost()), case.phase == "write")
     ranks_node = min(p.ranks_per_node, case.layout.world)
     cpu = max(a[5] for a in actors) * ns * 1e-9 * max(1.0, ranks_node / p.node_cores)
     meta = float((ends[:, 1] - ends[:, 0]).max())
@@ -376,7 +386,9 @@ def parse_costs(d, where):
                      process_write_bps=_positive(s, d, "process_write_mbs", default=math.inf,
                                                  allow_zero=False) * 1e6,
                      process_read_bps=_positive(s, d, "process_read_mbs", default=math.inf,
-                                                allow_zero=False) * 1e6)
+                                                allow_zero=False) * 1e6,
+                     client_write_ns=_positive(s, d, "client_write_ns_per_byte", default=0.0),
+                     client_read_ns=_positive(s, d, "client_read_ns_per_byte", default=0.0))
 
 
 def _mbs(bps):
@@ -390,6 +402,8 @@ def costs_dict(c):
             "metadata_ops": "unlimited" if math.isinf(c.metadata_ops) else c.metadata_ops,
             "process_write_mbs": _mbs(c.process_write_bps),
             "process_read_mbs": _mbs(c.process_read_bps),
+            "client_write_ns_per_byte": round(c.client_write_ns, 4),
+            "client_read_ns_per_byte": round(c.client_read_ns, 4),
             "writers": {k: {"write_ns_per_byte": round(v.write_ns_per_byte, 4),
                             "read_ns_per_byte": round(v.read_ns_per_byte, 4)}
                         for k, v in sorted(c.writers.items())}}

@@ -5,8 +5,8 @@ Two kinds of runs: **client runs** (``--client-runs``: one process writing and r
 tmpfs, memory-speed storage) give each writer's own cost per byte (its write and read time
 over its bytes, the mean of the run's checkpoints); **storage runs** on the platform give,
 by least squares on log GiB/s over the runs at the ``--calibrate-on`` rank counts, the
-storage's write and read bandwidth per server, the per-file create and open and the
-per-file fsync (a coordinate search over log-spaced values, each step a line of values
+storage's write and read bandwidth per server, one process's stream, the file-system
+client's CPU per byte, the per-file create and open and the per-file fsync (a coordinate search over log-spaced values, each step a line of values
 simulated at once in one engine). Every run at another rank count is then predicted and its
 error printed: the held-out error.
 """
@@ -125,10 +125,12 @@ def client_costs(runs):
 #: fitted per phase: name -> (CkptCosts/Platform attribute, unit, start, low, high)
 PARAMS = {"write": {"write_bps": (1e6, "MB/s", 200.0, 5.0, 1e5),
                     "process_write_bps": (1e6, "MB/s", 1000.0, 5.0, 1e5),
+                    "client_write_ns": (1.0, "ns/B", 0.5, 0.01, 100.0),
                     "create_s": (1e-6, "us", 1000.0, 1.0, 1e5),
                     "fsync_s": (1e-3, "ms", 10.0, 0.01, 1e3)},
           "read": {"server_bps": (1e6, "MB/s", 200.0, 5.0, 1e5),
                    "process_read_bps": (1e6, "MB/s", 1000.0, 5.0, 1e5),
+                   "client_read_ns": (1.0, "ns/B", 0.5, 0.01, 100.0),
                    "open_s": (1e-6, "us", 500.0, 1.0, 1e5)}}
 
 

@@ -126,12 +126,15 @@ def _calibrate(args):
         for w, c in sorted(costs.writers.items())))
     print("fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in values.items()))
     _print_residuals(f"calibration runs (P in {args.calibrate_on}):", cal)
-    w = r = None
+    errors = {}
     if held:
         _print_residuals("held out:", held)
-        w, r = summary_errors(held)
-        print(f"held-out error, mean |sim/meas - 1| over {len(held)} points (the median of "
-              f"their rounds): write {w:.0f}%, read {r:.0f}%")
+        for n in sorted({h["ranks"] for h in held}):
+            rows = [h for h in held if h["ranks"] == n]
+            w, r = summary_errors(rows)
+            errors[n] = {"write": round(w, 1), "read": round(r, 1)}
+            print(f"held-out error at {n} processes, mean |sim/meas - 1| over {len(rows)} "
+                  f"points (the median of their rounds): write {w:.0f}%, read {r:.0f}%")
     else:
         print("held out: no run at another process count; the fit is unvalidated")
     if args.output:
@@ -140,8 +143,7 @@ def _calibrate(args):
         out["checkpoint_calibration"] = {
             "runs": len(runs), "client_runs": sorted(r.name for r in client),
             "calibrate_on": args.calibrate_on,
-            "held_out_error_percent": None if w is None else {"write": round(w, 1),
-                                                              "read": round(r, 1)}}
+            "held_out_error_percent": errors}
         data = (_header(args.platform) + yaml.safe_dump(out, sort_keys=False)).encode()
         atomic_write(args.output, lambda f: f.write(data))
         print(f"wrote {args.output}")
@@ -179,7 +181,7 @@ def add_parser(sub):
     c.add_argument("--client-runs", nargs="+", required=True, metavar="RUN",
                    help="one-process runs of each writer on tmpfs: the writers' own cost")
     c.add_argument("--calibrate-on", type=_ranks, default=[1, 2],
-                   help="process counts fitted; the others are held out (default 1,2)")
+                   help="process counts fitted; the others are held out")
     c.add_argument("-o", "--output", help="write the fitted platform YAML here")
     c.set_defaults(func=_calibrate)
     add_published(cs)
