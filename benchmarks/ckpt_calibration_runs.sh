@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The runs `python -m hpcio.simulate checkpoint calibrate` fits and validates on
 # (tests/fixtures/ckpt-runs/ keeps their summary.json and checkpoint.yaml):
-#   pfs/<writer>-n<P>-r<k>:   llama3_8b at --scale 0.005, 3 checkpoints, every writer at 1, 2
-#                             and 4 processes on the GlusterFS testbed (scripts/pfs-local.sh
+#   pfs/<writer>-n<P>-r<k>:   llama3_8b at --scale 0.005, 3 checkpoints, every writer at 1, 2,
+#                             4 and 8 processes on the GlusterFS testbed (scripts/pfs-local.sh
 #                             start: needs root), caches dropped before the reads;
 #   tmpfs/<writer>-n1-r<k>:   one process on /dev/shm: the writer's own cost per byte.
 # Usage: benchmarks/ckpt_calibration_runs.sh [OUT (runs/ckpt-calib)] [REPEATS (3)] [PFS (/mnt/pfs)]
@@ -20,7 +20,7 @@ one() {  # kind dir procs writer rep extra...
   rm -rf "$dir/ckpt-calib-$w-n$n"
 }
 for rep in $(seq 1 "$REPS"); do       # rounds: every point once per round, interleaved
-  for n in 1 2 4; do
+  for n in 1 2 4 8; do
     for w in dcp torch_save coordinated; do one pfs "$PFS" "$n" "$w" "$rep" --drop-caches; done
   done
   for w in dcp torch_save coordinated; do one tmpfs /dev/shm 1 "$w" "$rep" --cache asis; done
