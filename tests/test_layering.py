@@ -136,6 +136,7 @@ DEFERRED = {
     "hpcio/readers/nodeshare.py": {"mpi4py"},
     "hpcio/readers/routes.py": {"mpi4py"},
     "hpcio/simulate/engine.py": {"simgrid"},
+    "hpcio/simulate/checkpoint.py": {"simgrid"},
     # what the command imports, under its guard and signal handlers (a Ctrl-C during the
     # imports is one line, exit 130)
     "hpcio/train/__main__.py": {"hpcio.train.trainer", "hpcio.measure.darshan",

@@ -12,6 +12,7 @@ from ..outputs import claim_dir, claim_file
 from ..plan import SHUFFLES
 from .calibrate import TOLERANCE_S, calibrate, check_tolerance
 from .calibration import is_calibration, write_calibration
+from .ckpt_command import add_parser as add_checkpoint
 from .engine import AGGREGATE_ABOVE
 from .platform import load_platform, platform_dict
 from .published import add_parser as add_published
@@ -238,6 +239,7 @@ def build_parser():
                    help="replace files of those names in DIR that are not a prediction's")
     p.set_defaults(func=_predict)
     add_published(sub)
+    add_checkpoint(sub)
     return ap
 
 
