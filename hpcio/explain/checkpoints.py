@@ -77,17 +77,41 @@ def is_checkpoint_run(path):
     return os.path.isfile(os.path.join(path, CONFIG))
 
 
+def _sweep_runs(path):
+    """The checkpoint run directories a sweep's ``sweep.json`` names as done (a sweep of
+    ``--checkpoint-writer``), or [] (a train sweep, or a record it cannot read)."""
+    try:
+        with open(os.path.join(path, "sweep.json")) as f:
+            runs = json.load(f).get("runs") or []
+    except (OSError, ValueError, AttributeError):
+        return []
+    out = []
+    for r in runs:
+        d = (r or {}).get("run_dir") or ""
+        if not os.path.isdir(d):  # a sweep moved as a whole: its runs moved with it
+            d = os.path.join(path, "runs", os.path.basename(d))
+        if r.get("status") == "done" and is_checkpoint_run(d):
+            out.append(os.path.abspath(d))
+    return out
+
+
 def split_inputs(paths):
     """(checkpoint run directories, the other inputs): a checkpoint run directory given,
-    or one inside a directory given (that directory stays an input when it holds anything
-    else hpcio.analyze reads)."""
+    the done runs of a checkpoint sweep, or those inside a directory given (that directory
+    stays an input when it holds anything else hpcio.analyze reads)."""
     ckpts, rest = [], []
     for p in paths:
         if is_checkpoint_run(p):
             ckpts.append(os.path.abspath(p))
             continue
-        subs = sorted(d for d in glob.glob(os.path.join(p, "*")) if is_checkpoint_run(d))
-        ckpts += [os.path.abspath(d) for d in subs]
+        swept = _sweep_runs(p)
+        if swept:
+            ckpts += swept
+            continue
+        subs = sorted(d for d in glob.glob(os.path.join(p, "*")) if is_checkpoint_run(d)
+                      or _sweep_runs(d))
+        for d in subs:
+            ckpts += [os.path.abspath(d)] if is_checkpoint_run(d) else _sweep_runs(d)
         others = [d for d in glob.glob(os.path.join(p, "*"))
                   if os.path.isdir(d) and d not in subs]
         if not subs or others or not os.path.isdir(p):
