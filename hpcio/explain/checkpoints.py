@@ -18,6 +18,7 @@ Each finding states its numbers and where each came from; the rules are a regist
 
 import glob
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -27,7 +28,7 @@ import yaml
 
 from ..errors import HpcioError
 from ..measure.darshanlog import read_log
-from .findings import Finding, Rule, _ok
+from .findings import Finding, Rule
 from .tables import SMALL, Table
 
 __all__ = ["CkptRun", "is_checkpoint_run", "load_checkpoint_run", "split_inputs",
@@ -283,6 +284,10 @@ def ckpt_figures(c):
 
 def _g(d, k):
     return d.get(k) if d else None
+
+
+def _ok(*xs):
+    return all(x is not None and not (isinstance(x, float) and math.isnan(x)) for x in xs)
 
 
 def _hist(sizes):
