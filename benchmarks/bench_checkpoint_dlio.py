@@ -122,7 +122,8 @@ def dlio(a, ranks, fsync, data, generate=False):
     for p in (ckpt, out):
         shutil.rmtree(p, ignore_errors=True)
     size = nbytes / a.checkpoints / GIB
-    return {"rank0": statistics.mean(size / t for t in got), "bytes": nbytes / a.checkpoints}
+    return {"rank0": statistics.mean(size / t for t in got), "bytes": nbytes / a.checkpoints,
+            "rank0_s": got}
 
 
 def hpcio(a, ranks, writer):
@@ -143,7 +144,8 @@ def hpcio(a, ranks, writer):
     gib = s["checkpoint_bytes"] / GIB
     return {"rank0": statistics.mean(gib / c["write_rank_s"][0] for c in s["checkpoints"]),
             "slowest": s["metric"]["save_checkpoint_io_mean_GB_per_second"],
-            "bytes": s["checkpoint_bytes"]}
+            "bytes": s["checkpoint_bytes"],
+            "rank0_s": [c["write_rank_s"][0] for c in s["checkpoints"]]}
 
 
 def measure(a, ranks, row, data):
@@ -153,7 +155,8 @@ def measure(a, ranks, row, data):
 
 
 def table(a, rows):
-    med = {k: {f: statistics.median(x[f] for x in v) for f in v[0] if f != "load"}
+    med = {k: {f: statistics.median(x[f] for x in v) for f in v[0]
+               if f not in ("load", "rank0_s")}
            for k, v in rows.items()}
     print(f"\nllama3_8b's bytes per rank at scale {a.scale:g}, {a.checkpoints} checkpoints "
           f"per run, median of {a.repeat} rounds (GiB/s, the mean of per-checkpoint rates)")
@@ -205,7 +208,9 @@ def main():
                 rows.setdefault((ranks, row), []).append(m)
                 print(f"  n={ranks} round {r + 1} {row:<12} rank 0 {m['rank0']:.3f}"
                       + (f", slowest {m['slowest']:.3f}" if "slowest" in m else "")
-                      + f" GiB/s  (load {l0:.2f} -> {loadavg():.2f})", flush=True)
+                      + f" GiB/s; rank 0 s per checkpoint "
+                      + " ".join(f"{t:.2f}" for t in m["rank0_s"])
+                      + f"  (load {l0:.2f} -> {loadavg():.2f})", flush=True)
         shutil.rmtree(data, ignore_errors=True)
     med = table(a, rows)
     if a.out:
