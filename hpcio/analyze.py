@@ -11,9 +11,11 @@ and writes into ``-o`` only (a new or empty directory, or one of its earlier rep
 never an input): ``report.html`` (self-contained), ``report.md``, ``table-a.csv``
 (per reader x format x ranks), ``table-b.csv`` (what Darshan saw), ``table-c.csv`` (the OS's
 counters per sample), ``table-causes.csv`` (what the accelerator waits for, per run: one
-rule per cause, ``hpcio.explain.verdict``), the PNG figures and ``summary.json``. Runs at
-several rank counts get the scaling fit (``hpcio.explain.model``) unless a prediction is
-given. Drishti (drishti-io, the ``[analysis]`` extra) is run on every log and its verdicts
+rule per cause, ``hpcio.explain.verdict``), the PNG figures and ``summary.json``.
+Checkpoint run directories (``python -m hpcio.checkpoint run``), checkpoint sweeps and
+training runs that checkpoint a layout get a checkpoint table (``table-checkpoints.csv``)
+and findings of their own (``hpcio.explain.checkpoints``). Runs at several rank counts
+get the scaling fit (``hpcio.explain.model``) unless a prediction is given. Drishti (drishti-io, the ``[analysis]`` extra) is run on every log and its verdicts
 go beside the findings (one line instead for a log it fails on, or without it;
 ``--no-drishti`` skips it). ``--prediction DIR`` (the ``-o`` of ``python -m hpcio.simulate
 predict``) makes its simulated curve per reader the report's one forecast, in place of the
