@@ -16,8 +16,9 @@ Checkpoint run directories (``python -m hpcio.checkpoint run``), checkpoint swee
 training runs that checkpoint a layout get a checkpoint table (``table-checkpoints.csv``)
 and findings of their own (``hpcio.explain.checkpoints``). Runs at several rank counts
 get the scaling fit (``hpcio.explain.model``) unless a prediction is given. Drishti
-(drishti-io, the ``[analysis]`` extra) is run on every log and its verdicts go beside the findings (one line instead for a log it fails on, or without it;
-``--no-drishti`` skips it). ``--prediction DIR`` (the ``-o`` of ``python -m hpcio.simulate
+(drishti-io, the ``[analysis]`` extra) is run on every log and its verdicts go beside
+the findings (one line instead for a log it fails on, or without it; ``--no-drishti``
+skips it). ``--prediction DIR`` (the ``-o`` of ``python -m hpcio.simulate
 predict``) makes its simulated curve per reader the report's one forecast, in place of the
 scaling fit, beside the measured points, with its held-out validation error,
 ``prediction.png`` and ``table-prediction.csv``; a prediction directory it cannot use is
