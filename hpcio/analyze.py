@@ -152,7 +152,8 @@ def main(argv=None):
     files = write(analysis, out, formats)
     for p in analysis.problems:
         print(f"hpcio.analyze: {p}", file=sys.stderr)
-    print(f"hpcio.analyze: {len(runs) + len(ckpts)} run(s), {len(analysis.findings)} finding(s), "
+    n = len(runs) + len(ckpts)
+    print(f"hpcio.analyze: {n} run(s), {len(analysis.findings)} finding(s), "
           f"{len(analysis.drishti)} Drishti verdict(s), {len(analysis.problems)} gap(s), "
           f"{len(analysis.notes)} note(s) on what the runs did not record; {len(files)} "
           f"files in {out}")
