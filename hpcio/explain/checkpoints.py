@@ -177,15 +177,15 @@ def from_training(run):
     cs = (run.summary or {}).get("checkpoints") or {}
     if "per_checkpoint" not in cs:
         return None
-    by = {}
+    by, size = {}, int(round((cs.get("size_GiB") or 0) * 2 ** 30))
     for r, info in enumerate(run.rank_info):
         for rec in (info or {}).get("checkpoints") or []:
+            size = rec.get("checkpoint_bytes") or size
             if rec.get("write_s") is not None:
                 by.setdefault(rec["index"], {})[r] = rec["write_s"]
     rows = cs["per_checkpoint"]
     c = CkptRun(run.path, "training", cs.get("writer") or "?", run.ranks,
-                run.config.get("checkpoint_dir") or "",
-                int(round((cs.get("size_GiB") or 0) * 2 ** 30)), [x["name"] for x in rows],
+                run.config.get("checkpoint_dir") or "", size, [x["name"] for x in rows],
                 [[by.get(x["index"], {}).get(r) for r in range(run.ranks)]
                  if len(by.get(x["index"], {})) == run.ranks else [] for x in rows],
                 rate_mean=cs.get("write_GiB_per_s_mean"), mode=cs.get("mode") or "sync")
