@@ -64,6 +64,7 @@ class Analysis:
     prediction: Optional[object] = None           # prediction.Prediction, or None
     causes: Optional[Table] = None                # what each run's accelerator waits for
     checkpoints: Optional[Table] = None           # the runs' checkpoints, if any
+    ckpt_runs: list = field(default_factory=list)  # checkpoint runs (their logs for Drishti)
 
     @property
     def answers(self):
@@ -276,6 +277,7 @@ def analyse(runs, problems=(), notes=(), baseline="naive", allow_mixed=False,
         cf = [ckpt_figures(c) for c in ckpts]
         a.checkpoints = ckpt_table(cf)
         a.findings += ckpt_findings(cf)
+        a.ckpt_runs = list(checkpoints)
     if drishti:
         _drishti(a)
     else:
@@ -315,8 +317,9 @@ def table_causes(runs, figures):
 
 def _drishti(a):
     """Drishti's verdicts on every run's logs, the most severe first within a log; a log
-    it fails on is one line, and without drishti-io one line says so."""
-    for r in a.runs:
+    it fails on is one line, and without drishti-io one line says so; checkpoint runs'
+    logs too."""
+    for r in list(a.runs) + a.ckpt_runs:
         for log in r.logs:
             try:
                 a.drishti_version, rows = verdicts(log.path)
