@@ -245,3 +245,21 @@ def test_bad_checkpoint_sweeps_are_one_line(tmp_path, args, says):
     p = run_main(SWEEP + args[:cut] + ["--out", str(tmp_path / "sw")] + args[cut:])
     lines = p.stderr.strip().splitlines()
     assert p.returncode != 0 and len(lines) == 1 and says in lines[0], p.stderr
+
+
+@pytest.mark.mpi
+def test_checkpoint_sweep_runs_a_checkpoint_job(tmp_path):
+    """One checkpoint job (coordinated, 2 ranks, a 4 MiB llama3_8b): done, its figures in
+    sweep.json, its checkpoints removed, its run directory analysable."""
+    from hpcio.explain.checkpoints import load_checkpoint_run, split_inputs
+    out = tmp_path / "sw"
+    p = run_main(SWEEP + ["--checkpoint-writer", "coordinated", "--ranks", "2", "--out", out,
+                          "--", "--scale", "0.0002", "--checkpoints", "1"])
+    assert p.returncode == 0, p.stderr
+    run, = json.loads((out / "sweep.json").read_text())["runs"]
+    assert run["status"] == "done" and run["point"]["data"] == "llama3_8b"
+    assert run["figures"]["save_checkpoint_io_mean_GB_per_second"] > 0
+    assert os.listdir(out / "checkpoints") == []
+    ckpts, rest = split_inputs([str(out)])
+    assert ckpts == [run["run_dir"]] and rest == []
+    assert load_checkpoint_run(ckpts[0]).write_rank_s[0][1] > 0
