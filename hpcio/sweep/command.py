@@ -31,11 +31,12 @@ accelerators` has the rules); the answer, every probe and whether the rules held
 
 Options after ``--`` go to every ``hpcio.train`` job (a train option before it is refused
 in one line saying so), or with ``--checkpoint-writer`` to every ``hpcio.checkpoint run``
-job (:mod:`.checkpoints`: its checkpoints in ``SWEEP/checkpoints/``, removed after it). A spec file holds the same keys as the options (``ranks``,
-``reader``, ``data``, ``reader_option``, ``repeat``, ``launcher``, ``darshan``, ``out``,
+job (:mod:`.checkpoints`: its checkpoints in ``SWEEP/checkpoints/``, removed after it). A
+spec file holds the same keys as the options (``ranks``, ``reader``, ``data``,
+``reader_option``, ``repeat``, ``launcher``, ``darshan``, ``out``,
 ``find_max_accelerators``, ``warmup``, ``simulate_beyond``, ``checkpoint_writer``:
-:data:`.spec.SPEC`) and
-``train`` (a mapping or list of train options); flags given here override it.
+:data:`.spec.SPEC`) and ``train`` (a mapping or list of train options); flags given here
+override it.
 """
 
 import os
