@@ -108,3 +108,24 @@ def test_analyze_reports_checkpoint_runs_with_and_without_logs(tmp_path):
     row, = doc["checkpoints"]
     assert row["files_written"] is None and row["write_median_ratio"] > 0
     assert any("not traced with Darshan" in n for n in doc["notes"])
+
+
+def test_a_broken_checkpoint_run_is_one_line_and_left_out(tmp_path):
+    """A summary whose records are not a list, or whose seconds are not numbers: a gap
+    said in one line (or figures without that rank), never a traceback."""
+    bad = copy_run(CKPT_RUNS, "ckpt-dcp-n2", tmp_path)
+    path = os.path.join(bad, "summary.json")
+    with open(path) as fh:
+        doc = json.load(fh)
+    doc["checkpoints"][0]["write_rank_s"] = ["x", 0.5]
+    with open(path, "w") as fh:
+        json.dump(doc, fh)
+    f = ckpt_figures(load_checkpoint_run(bad))
+    assert f["checkpoints"] == 2 and f["write_median_ratio"] >= 1
+    doc["checkpoints"] = {"a": 1}
+    with open(path, "w") as fh:
+        json.dump(doc, fh)
+    p = run_main(["hpcio.analyze", bad, "-o", str(tmp_path / "rep"), "--no-drishti"])
+    assert p.returncode == 2 and p.stderr.strip().splitlines() == [
+        f"hpcio.analyze: error: no run to analyse: {path}: 'checkpoints' is not a list of "
+        f"per-checkpoint records; left out"], p.stderr

@@ -143,6 +143,11 @@ def _logs(c, files):
                        "findings use hpcio's own records only")
 
 
+def _seconds(v):
+    """Every rank's seconds of one checkpoint, or [] when the record holds no list."""
+    return v if isinstance(v, list) else []
+
+
 def load_checkpoint_run(path):
     """A checkpoint run directory read back; HpcioError (one line) when it cannot be."""
     path = os.path.abspath(path)
@@ -160,11 +165,14 @@ def load_checkpoint_run(path):
             or summary.get("source") != "hpcio.checkpoint":
         raise HpcioError(f"{path}: not a run directory of hpcio.checkpoint run")
     per = summary.get("checkpoints") or []
+    if not isinstance(per, list) or not all(isinstance(x, dict) for x in per):
+        raise HpcioError(f"{os.path.join(path, 'summary.json')}: 'checkpoints' is not a list "
+                         f"of per-checkpoint records")
     c = CkptRun(path, "checkpoint", config.get("writer", "?"), int(config.get("ranks", 0)),
                 config.get("dir") or "", int(summary.get("checkpoint_bytes") or 0),
                 [x.get("name", "?") for x in per],
-                [x.get("write_rank_s") or [] for x in per],
-                [x.get("read_rank_s") or [] for x in per],
+                [_seconds(x.get("write_rank_s")) for x in per],
+                [_seconds(x.get("read_rank_s")) for x in per],
                 (summary.get("metric") or {}).get("save_checkpoint_io_mean_GB_per_second"),
                 align=(config.get("coordinated") or {}).get("align"))
     _logs(c, sorted(glob.glob(os.path.join(path, "darshan", "*.darshan"))))
@@ -202,7 +210,7 @@ def _spread(rank_s, names):
     best = None
     ratios = []
     for name, secs in zip(names, rank_s):
-        s = np.asarray([x for x in secs if x is not None], float)
+        s = np.asarray([x for x in secs if isinstance(x, (int, float)) and x >= 0], float)
         if len(s) < 2 or np.median(s) <= 0:
             continue
         ratio = float(s.max() / np.median(s))
