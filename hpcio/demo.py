@@ -371,7 +371,7 @@ def main(argv=None):
              "--shuffle", a.shuffle, "--block", str(a.block), "--window", str(a.window),
              "--seed", str(a.seed), "--cache", "cold"]
     a.compute = None
-    if a.model == "emulate":
+    if a.model == "emulate" and not a.checkpoints_only:
         a.compute = compute_per_step(a.accelerator, a.batch)
         seconds, per = ACCELERATORS[a.accelerator]
         # every step ends in a barrier, as DLIO's: ranks wait for the slowest (straggler
