@@ -11,11 +11,14 @@ and writes into ``-o`` only (a new or empty directory, or one of its earlier rep
 never an input): ``report.html`` (self-contained), ``report.md``, ``table-a.csv``
 (per reader x format x ranks), ``table-b.csv`` (what Darshan saw), ``table-c.csv`` (the OS's
 counters per sample), ``table-causes.csv`` (what the accelerator waits for, per run: one
-rule per cause, ``hpcio.explain.verdict``), the PNG figures and ``summary.json``. Runs at
-several rank counts get the scaling fit (``hpcio.explain.model``) unless a prediction is
-given. Drishti (drishti-io, the ``[analysis]`` extra) is run on every log and its verdicts
-go beside the findings (one line instead for a log it fails on, or without it;
-``--no-drishti`` skips it). ``--prediction DIR`` (the ``-o`` of ``python -m hpcio.simulate
+rule per cause, ``hpcio.explain.verdict``), the PNG figures and ``summary.json``.
+Checkpoint run directories (``python -m hpcio.checkpoint run``), checkpoint sweeps and
+training runs that checkpoint a layout get a checkpoint table (``table-checkpoints.csv``)
+and findings of their own (``hpcio.explain.checkpoints``). Runs at several rank counts
+get the scaling fit (``hpcio.explain.model``) unless a prediction is given. Drishti
+(drishti-io, the ``[analysis]`` extra) is run on every log and its verdicts go beside
+the findings (one line instead for a log it fails on, or without it; ``--no-drishti``
+skips it). ``--prediction DIR`` (the ``-o`` of ``python -m hpcio.simulate
 predict``) makes its simulated curve per reader the report's one forecast, in place of the
 scaling fit, beside the measured points, with its held-out validation error,
 ``prediction.png`` and ``table-prediction.csv``; a prediction directory it cannot use is
@@ -29,6 +32,7 @@ import os
 import sys
 
 from .explain.prediction import load_prediction
+from .explain.checkpoints import is_checkpoint_run, load_checkpoint_run, split_inputs
 from .explain.runs import SWEEP, load
 from .cli import ArgumentParser, ExamplesFormatter, add_renamed, number
 from .errors import HpcioError, guard
@@ -83,7 +87,8 @@ def refuse_out(out, inputs, runs):
     real = os.path.realpath(out)
     for p in list(inputs) + list(runs):
         p = os.path.realpath(p)
-        is_run = RunDir.is_run(p) or os.path.isfile(os.path.join(p, SWEEP))
+        is_run = RunDir.is_run(p) or os.path.isfile(os.path.join(p, SWEEP)) \
+            or is_checkpoint_run(p)
         if real == p or (is_run and real.startswith(p + os.sep)):
             return (f"is {'' if real == p else 'inside '}the input {p}: the report never "
                     f"goes into what it reads; give another directory")
@@ -120,11 +125,18 @@ def main(argv=None):
     out = os.path.abspath(a.out)
     if os.path.exists(out) and not os.path.isdir(out):
         raise HpcioError(f"-o {a.out}: exists and is not a directory")
-    runs, problems, notes = load(a.inputs)
-    if not runs:
+    ckpt_dirs, rest = split_inputs(a.inputs)
+    runs, problems, notes = load(rest) if rest else ([], [], [])
+    ckpts = []
+    for d in ckpt_dirs:
+        try:
+            ckpts.append(load_checkpoint_run(d))
+        except HpcioError as e:
+            problems.append(f"{e}; left out")
+    if not runs and not ckpts:
         raise HpcioError("no run to analyse: " + ("; ".join(problems) or
                                                   "no run directory under the inputs"))
-    why = refuse_out(out, a.inputs, [r.path for r in runs])
+    why = refuse_out(out, a.inputs, [r.path for r in runs] + ckpt_dirs)
     if why:
         raise HpcioError(f"-o {a.out}: {why}")
     try:
@@ -135,12 +147,13 @@ def main(argv=None):
         raise HpcioError(f"-o {a.out}: {e.strerror}") from None
     analysis = analyse(runs, problems, notes, baseline=a.baseline,
                        allow_mixed=a.allow_mixed, storage_mibs=a.storage_mibs,
-                       prediction=prediction,
+                       prediction=prediction, checkpoints=ckpts,
                        drishti=not a.no_drishti)
     files = write(analysis, out, formats)
     for p in analysis.problems:
         print(f"hpcio.analyze: {p}", file=sys.stderr)
-    print(f"hpcio.analyze: {len(runs)} run(s), {len(analysis.findings)} finding(s), "
+    n = len(runs) + len(ckpts)
+    print(f"hpcio.analyze: {n} run(s), {len(analysis.findings)} finding(s), "
           f"{len(analysis.drishti)} Drishti verdict(s), {len(analysis.problems)} gap(s), "
           f"{len(analysis.notes)} note(s) on what the runs did not record; {len(files)} "
           f"files in {out}")

@@ -1,5 +1,6 @@
 """``make run`` (docs/demo.md): naive against coordinated reads where the difference lives, on a
-parallel file system, with the compute of a named accelerator; then the same on local disk.
+parallel file system, with the compute of a named accelerator; then the same on local disk;
+and, when asked (``--checkpoints``), naive against coordinated checkpoints on both.
 
 As root it brings up the single-machine GlusterFS testbed (``scripts/pfs-local.sh``: 500 us per
 request, client caches off), or uses the one already up (and leaves it up), copies a small
@@ -15,6 +16,13 @@ MLPerf Storage uses them). Per storage it prints, per rank count, the median sta
 of each reader with their range over the repeats, and writes ``hpcio.analyze``'s report
 given the storage's measured bandwidth. Everything goes under ``--workdir`` (default
 ``./demo``): the dataset (reused when there), ``runs/``, ``report-<time>-<storage>/``.
+
+The checkpoint part, skipped unless asked (``--checkpoints WRITERS``; ``make run`` leaves it
+out): per storage, a tiny llama3_8b checkpoint (``--checkpoint-scale``, 105 MiB at 0.001)
+written twice and restored by each writer (``hpcio.checkpoint run``: coordinated, dcp,
+torch_save) at the same rank counts, its write and read GiB/s, and ``hpcio.analyze``'s
+checkpoint findings over those runs (``report-<time>-<storage>-checkpoints/``);
+``--checkpoints-only`` runs only that part.
 """
 
 import contextlib
@@ -29,7 +37,8 @@ import time
 from dataclasses import dataclass
 
 from .cache import describe, drop_caches, read_file
-from .cli import ArgumentParser, add_plan_arguments, integer
+from .checkpoint.command import WRITER_NAMES
+from .cli import ArgumentParser, add_plan_arguments, integer, number
 from .data.dataset import is_dataset, open_dataset
 from .errors import HpcioError, guard
 from .explain.summary import figures_line
@@ -255,6 +264,49 @@ def _measure(st, a, train, launch, stamp):
     return results
 
 
+CKPT_MODEL, CKPT_COUNT = "llama3_8b", 2
+
+
+def _checkpoint_step(st, a, launch, stamp):
+    """The checkpoint part on storage ``st``: each writer at each rank count, written and
+    restored, then the report's checkpoint findings over those runs."""
+    where = os.path.join(os.path.dirname(st.data), "hpcio-demo-checkpoints")
+    print(f"\n=== checkpoints on {st.label}: {CKPT_MODEL} scale {a.checkpoint_scale:g}, "
+          f"{CKPT_COUNT} written then restored per run, into {where} (removed after each "
+          f"run)", flush=True)
+    dirs = []
+    for n in st.ranks:
+        for w in a.checkpoints:
+            out = os.path.join(a.workdir, "runs", f"{stamp}-{st.name}-ckpt-{w}-n{n}")
+            d = os.path.join(where, os.path.basename(out))
+            try:
+                _run(launch + ["-n", n, sys.executable, "-m", "hpcio.checkpoint", "run",
+                               "--model", CKPT_MODEL, "--scale", a.checkpoint_scale,
+                               "--writer", w, "--checkpoints", CKPT_COUNT, "--dir", d,
+                               "--out", out], quiet=True)
+            finally:
+                shutil.rmtree(d, ignore_errors=True)
+            m, _ = RunDir(out).summary()
+            m = m["metric"]
+            dirs.append(out)
+            print(f"{w} n={n}: write {m['save_checkpoint_io_mean_GB_per_second']:.3f} GiB/s, "
+                  f"read {m['load_checkpoint_io_mean_GB_per_second']:.3f} GiB/s (means of the "
+                  f"per-checkpoint rates, {m['checkpoint_size_GB']:.3f} GiB each)", flush=True)
+    report = os.path.join(a.workdir, f"report-{stamp}-{st.name}-checkpoints")
+    _run([sys.executable, "-m", "hpcio.analyze", *dirs, "-o", report, "--no-drishti"],
+         quiet=True, ok=(0, 1))
+    print(f"checkpoint findings: {os.path.join(report, 'report.md')}", flush=True)
+
+
+def _writers(text):
+    names = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in names if w not in WRITER_NAMES]
+    if bad or not names:
+        raise HpcioError(f"--checkpoints {text!r}: choose writers from "
+                         f"{', '.join(WRITER_NAMES)}")
+    return names
+
+
 def _ranks(text, opt):
     try:
         ranks = sorted({int(r) for r in text.split(",") if r.strip()})
@@ -290,6 +342,15 @@ def build_parser():
     ap.add_argument("--launcher", default=None,
                     help="MPI launcher command (default: the mpiexec beside this Python); "
                          "e.g. 'srun --mpi=pmi2'")
+    c = ap.add_argument_group("checkpoints (skipped unless asked)")
+    c.add_argument("--checkpoints", metavar="WRITERS", default=None,
+                   help="also write and restore a tiny llama3_8b checkpoint with these "
+                        "writers (e.g. coordinated,dcp,torch_save) at the same rank counts, "
+                        "with the report's checkpoint findings")
+    c.add_argument("--checkpoint-scale", type=number(0, 1, above=True), default=0.001,
+                   help="the checkpoint's tensor-size factor (0.001: 105 MiB)")
+    c.add_argument("--checkpoints-only", action="store_true",
+                   help="run only the checkpoint part (no dataset, no training runs)")
     return ap
 
 
@@ -302,12 +363,15 @@ def main(argv=None):
     t0 = time.perf_counter()
     signal.signal(signal.SIGTERM, _terminate)
     ranks, local = _ranks(a.ranks, "--ranks"), _ranks(a.local_ranks, "--local-ranks")
+    a.checkpoints = _writers(a.checkpoints) if a.checkpoints is not None else None
+    if a.checkpoints_only and not a.checkpoints:
+        raise HpcioError("--checkpoints-only: name the writers with --checkpoints WRITERS")
     launch = shlex.split(a.launcher) if a.launcher else [launcher()]
     train = ["--model", a.model, "--batch", str(a.batch), "--epochs", str(a.epochs),
              "--shuffle", a.shuffle, "--block", str(a.block), "--window", str(a.window),
              "--seed", str(a.seed), "--cache", "cold"]
     a.compute = None
-    if a.model == "emulate":
+    if a.model == "emulate" and not a.checkpoints_only:
         a.compute = compute_per_step(a.accelerator, a.batch)
         seconds, per = ACCELERATORS[a.accelerator]
         # every step ends in a barrier, as DLIO's: ranks wait for the slowest (straggler
@@ -323,7 +387,7 @@ def main(argv=None):
     os.makedirs(a.workdir, exist_ok=True)
     name = f"{a.preset}-{a.records}.{a.format}"
     data = os.path.join(a.workdir, name)
-    if not is_dataset(data):
+    if not a.checkpoints_only and not is_dataset(data):
         _run(launch + ["-n", 2, sys.executable, "-m", "hpcio.datagen", "generate", data,
                        "--preset", a.preset, "--records", a.records, "--format", a.format,
                        "--shards", max(ranks + local)])
@@ -343,12 +407,23 @@ def main(argv=None):
                   f"{'' if tb.started else ' (up already: used and left up)'}", flush=True)
             remote = os.path.join(tb.mount, "hpcio-demo", name)
             os.makedirs(os.path.dirname(remote), exist_ok=True)
-            if _copy_dataset(data, remote):
-                print(f"copied {data} to {remote}", flush=True)
-            _measure(Storage("testbed", f"GlusterFS testbed ({tb.delay_us} us per request)",
-                             remote, ranks, drop=True), a, train, launch, stamp)
-    _measure(Storage("local", "local disk", data, local, drop=False), a, train, launch,
-             stamp)
+            st = Storage("testbed", f"GlusterFS testbed ({tb.delay_us} us per request)",
+                         remote, ranks, drop=True)
+            if not a.checkpoints_only:
+                if _copy_dataset(data, remote):
+                    print(f"copied {data} to {remote}", flush=True)
+                _measure(st, a, train, launch, stamp)
+            if a.checkpoints:
+                _checkpoint_step(st, a, launch, stamp)
+    st = Storage("local", "local disk", data, local, drop=False)
+    if not a.checkpoints_only:
+        _measure(st, a, train, launch, stamp)
+    if a.checkpoints:
+        _checkpoint_step(st, a, launch, stamp)
+    if a.checkpoints_only:
+        print(f"Runs in {os.path.join(a.workdir, 'runs')}. Done in "
+              f"{time.perf_counter() - t0:.0f} s.", flush=True)
+        return 0
     print(f"\nDefinitions: stall % = time the steps waited for their own batch, straggler "
           f"wait % = time at the per-step barrier waiting for the slowest rank, each over "
           f"every step (mean over ranks of each rank's share; with compute they add up to "

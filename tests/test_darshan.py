@@ -19,6 +19,7 @@ from common.inproc import run_main
 from common.mpi import mpiexec, run_mpi, run_py, slurm_up
 from common.launch import launch
 from hpcio.errors import HpcioError
+from hpcio.explain.checkpoints import ckpt_figures, ckpt_findings, load_checkpoint_run
 from hpcio.measure import darshan, darshanlog
 
 from common.fixtures import FIXTURES
@@ -473,6 +474,13 @@ def test_traced_checkpoints_mpiio_bytes_are_hpcios(tmp_path, lib, parser):
     wrote, read = got["bytes_written"]["MPI-IO"], got["bytes_read"]["MPI-IO"]
     assert sum(wrote.values()) == sum(read.values()) == want > 0, (wrote, read, want)
     assert sorted(wrote) == [0, 1] and all(v > 0 for v in wrote.values()), wrote
+    # the report reads the log in the run's darshan/: the same bytes, the shared file
+    os.makedirs(out / "darshan")
+    shutil.move(found[0], out / "darshan" / "run.darshan")
+    f = ckpt_figures(load_checkpoint_run(str(out)))
+    assert f["darshan"]["mpiio_bytes_written"] == want
+    assert f["darshan"]["mpiio_coll_writes"] > 0 and f["darshan"]["files_written"] >= 1
+    assert "file-per-process metadata" not in {x.rule for x in ckpt_findings([f])}
 
 
 def test_preloaded_without_the_config_is_said(tmp_path, lib):

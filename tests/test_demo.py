@@ -113,3 +113,19 @@ def test_demo_runs_on_local_disk_and_says_what_it_skipped():
         assert os.path.exists(os.path.join(work, reports[0], "report.html"))
     finally:
         launch(["rm", "-rf", work], capture=False, text=False)
+
+
+def test_checkpoint_part_is_named_in_help_and_bad_writers_are_one_line():
+    """The demo's --help names its checkpoint part; writers it does not know, or the
+    checkpoint part alone without writers, are one line before anything runs."""
+    from common.inproc import run_main
+    p = run_main(["-m", "hpcio.demo", "--help"])
+    assert p.returncode == 0 and "--checkpoints WRITERS" in p.stdout
+    assert "checkpoints (skipped unless asked)" in p.stdout
+    for args, says in ((["--checkpoints", "x"], "--checkpoints 'x': choose writers from "
+                        "coordinated, dcp, torch_save"),
+                       (["--checkpoints-only"],
+                        "--checkpoints-only: name the writers with --checkpoints WRITERS")):
+        p = run_main(["-m", "hpcio.demo", "--no-testbed", *args])
+        assert p.returncode != 0 and p.stderr.strip().splitlines() == [
+            f"hpcio.demo: error: {says}"], p.stderr

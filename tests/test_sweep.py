@@ -205,3 +205,61 @@ def test_a_second_lock_on_a_sweepdir_is_refused(tmp_path):
         assert "another sweep is running into it (pid" in str(e.value)
     with SweepDir(str(tmp_path)).locked():  # released when the block ended
         pass
+
+
+def test_checkpoint_sweep_plans_one_checkpoint_job_per_writer_and_ranks(tmp_path):
+    """--checkpoint-writer: the points are writers x rank counts of the options' model, each
+    a hpcio.checkpoint run job with its own checkpoint directory under the sweep; a
+    finished one's figures are its metric."""
+    from hpcio.sweep.loop import Sweep
+    from hpcio.sweep.outcome import figures
+    s = settings(["--checkpoint-writer", "dcp,coordinated", "--ranks", "2,4", "--out",
+                  str(tmp_path / "sw"), "--", "--model", "llama3_70b", "--scale", "0.001"])
+    assert s["checkpoint"] and s["data"] == ["llama3_70b"]
+    pts = points(s["data"], s["readers"], s["ranks"], s["reader_options"])
+    assert [(p.reader, p.ranks) for p in pts] == [("dcp", 2), ("dcp", 4), ("coordinated", 2),
+                                                  ("coordinated", 4)]
+    sweep = Sweep(s, SweepDir(str(tmp_path / "sw")), 2)
+    sweep.check()
+    run_dir = sweep.dir.run_dir(f"{pts[0].name}-r0")
+    cmd = sweep.command(pts[0], run_dir)
+    i = cmd.index("-m")
+    assert cmd[i:i + 7] == ["-m", "hpcio.checkpoint", "run", "--writer", "dcp", "--dir",
+                            str(tmp_path / "sw" / "checkpoints" / "llama3_70b-dcp-n2-r0")]
+    assert cmd[-4:] == ["--model", "llama3_70b", "--scale", "0.001"] and "-n" in cmd
+    with open(os.path.join(os.path.dirname(__file__), "fixtures", "checkpoint-runs",
+                           "ckpt-dcp-n2", "summary.json")) as f:
+        got = figures(json.load(f))
+    assert got["save_checkpoint_io_mean_GB_per_second"] > 0 and "au_percent" not in got
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--checkpoint-writer", "dcpx"], "--checkpoint-writer 'dcpx': unknown checkpoint writer"),
+    (["--checkpoint-writer", "dcp", "--data", "/d"], "--data is a train sweep's"),
+    (["--checkpoint-writer", "dcp", "--", "--dir", "x"], "--dir after --: the sweep sets"),
+    (["--checkpoint-writer", "dcp", "--", "--scale", "7"],
+     "the checkpoint options after --: argument --scale"),
+])
+def test_bad_checkpoint_sweeps_are_one_line(tmp_path, args, says):
+    cut = args.index("--") if "--" in args else len(args)
+    p = run_main(SWEEP + args[:cut] + ["--out", str(tmp_path / "sw")] + args[cut:])
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode != 0 and len(lines) == 1 and says in lines[0], p.stderr
+
+
+@pytest.mark.mpi
+def test_checkpoint_sweep_runs_a_checkpoint_job(tmp_path):
+    """One checkpoint job (coordinated, 2 ranks, a 4 MiB llama3_8b): done, its figures in
+    sweep.json, its checkpoints removed, its run directory analysable."""
+    from hpcio.explain.checkpoints import load_checkpoint_run, split_inputs
+    out = tmp_path / "sw"
+    p = run_main(SWEEP + ["--checkpoint-writer", "coordinated", "--ranks", "2", "--out", out,
+                          "--", "--scale", "0.0002", "--checkpoints", "1"])
+    assert p.returncode == 0, p.stderr
+    run, = json.loads((out / "sweep.json").read_text())["runs"]
+    assert run["status"] == "done" and run["point"]["data"] == "llama3_8b"
+    assert run["figures"]["save_checkpoint_io_mean_GB_per_second"] > 0
+    assert os.listdir(out / "checkpoints") == []
+    ckpts, rest = split_inputs([str(out)])
+    assert ckpts == [run["run_dir"]] and rest == []
+    assert load_checkpoint_run(ckpts[0]).write_rank_s[0][1] > 0

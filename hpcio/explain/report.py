@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import HpcioError
 from ..fsutil import jsonable
 from . import figures as fig
+from .checkpoints import CKPT_RULES, ckpt_figures, ckpt_findings, ckpt_table, from_training
 from .drishti import LEVELS, DrishtiMissing, verdicts
 from .findings import COVERAGE, RULES, findings
 from .model import scaling
@@ -62,6 +63,8 @@ class Analysis:
     storage_mibs: Optional[float] = None          # measured and given, or None
     prediction: Optional[object] = None           # prediction.Prediction, or None
     causes: Optional[Table] = None                # what each run's accelerator waits for
+    checkpoints: Optional[Table] = None           # the runs' checkpoints, if any
+    ckpt_runs: list = field(default_factory=list)  # checkpoint runs (their logs for Drishti)
 
     @property
     def answers(self):
@@ -250,13 +253,17 @@ def _comparisons(runs, figures, baseline):
 
 
 def analyse(runs, problems=(), notes=(), baseline="naive", allow_mixed=False,
-            storage_mibs=None, drishti=False, prediction=None):
+            storage_mibs=None, drishti=False, prediction=None, checkpoints=()):
     """Everything the report says about ``runs`` (see the module docstring); ``prediction``:
     a :class:`hpcio.explain.prediction.Prediction` to set beside them, or None;
-    ``drishti``: run Drishti on every log (False: the report says it was not asked)."""
+    ``drishti``: run Drishti on every log (False: the report says it was not asked);
+    ``checkpoints``: checkpoint runs (:class:`hpcio.explain.checkpoints.CkptRun`), whose
+    figures and findings join those of the training runs that checkpoint a layout."""
+    ckpts = list(checkpoints) + [c for c in map(from_training, runs) if c is not None]
     problems = list(problems) + [p for r in runs for p in r.problems] + \
-        (prediction.gaps if prediction else [])
-    notes = list(notes) + [f"{r.name}: {n}" for r in runs for n in r.notes]
+        [p for c in checkpoints for p in c.problems] + (prediction.gaps if prediction else [])
+    notes = list(notes) + [f"{r.name}: {n}" for r in runs for n in r.notes] + \
+        [f"{c.name}: {n}" for c in checkpoints for n in c.notes]
     figures = {r.path: run_figures(r) for r in runs}
     scaled = _mixed(runs, allow_mixed, problems)
     tables = [table_a(scaled, figures), table_b(runs, figures), table_c(runs, figures)]
@@ -266,6 +273,11 @@ def analyse(runs, problems=(), notes=(), baseline="naive", allow_mixed=False,
                  _comparisons(runs, figures, baseline), problems, notes, baseline, scaled,
                  storage_mibs=storage_mibs, prediction=prediction,
                  causes=table_causes(runs, figures))
+    if ckpts:
+        cf = [ckpt_figures(c) for c in ckpts]
+        a.checkpoints = ckpt_table(cf)
+        a.findings += ckpt_findings(cf)
+        a.ckpt_runs = list(checkpoints)
     if drishti:
         _drishti(a)
     else:
@@ -305,8 +317,9 @@ def table_causes(runs, figures):
 
 def _drishti(a):
     """Drishti's verdicts on every run's logs, the most severe first within a log; a log
-    it fails on is one line, and without drishti-io one line says so."""
-    for r in a.runs:
+    it fails on is one line, and without drishti-io one line says so; checkpoint runs'
+    logs too."""
+    for r in list(a.runs) + a.ckpt_runs:
         for log in r.logs:
             try:
                 a.drishti_version, rows = verdicts(log.path)
@@ -519,8 +532,11 @@ def _blocks(a, pngs):
         b.append(("table", _findings_table(a.findings)))
     else:
         b.append(("p", "No rule fired."))
+    rules = RULES + (CKPT_RULES if a.checkpoints is not None else [])
     b.append(("p", "Rules and thresholds: " + "; ".join(
-        f"{r.name} ({r.source}: {r.threshold})" for r in RULES) + "."))
+        f"{r.name} ({r.source}: {r.threshold})" for r in rules) + "."))
+    if a.checkpoints is not None:
+        b += [("h", a.checkpoints.title), ("table", a.checkpoints), ("p", a.checkpoints.note)]
     b += _drishti_blocks(a)
     for t in a.tables:
         b += [("h", t.title), ("table", t), ("p", t.note)]
@@ -734,6 +750,7 @@ def write(a, out, formats=FORMATS):
     os.makedirs(out, exist_ok=True)
     files = []
     for t in a.tables + ([a.causes] if a.causes is not None else []) + \
+            ([a.checkpoints] if a.checkpoints is not None else []) + \
             ([prediction_table(a.prediction)] if a.prediction else []):
         files.append(os.path.join(out, f"{t.name}.csv"))
         _csv(t, files[-1])
@@ -759,6 +776,7 @@ def write(a, out, formats=FORMATS):
                "forecast": "simulation" if a.prediction else "fit" if a.models else None,
                "models": a.models, "findings": [asdict(f) for f in a.findings],
                "tables": {t.name: t.rows for t in a.tables},
+               "checkpoints": a.checkpoints.rows if a.checkpoints is not None else [],
                "drishti": {"version": a.drishti_version, "verdicts": a.drishti,
                            "not_given": a.drishti_said},
                "prediction": None if a.prediction is None else {

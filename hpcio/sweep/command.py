@@ -1,9 +1,12 @@
 """``python -m hpcio.sweep``: one ``hpcio.train`` job per point of a sweep (ranks x reader x
-data x reader option), repeats interleaved, into one sweep directory.
+data x reader option), or one ``hpcio.checkpoint run`` job per writer x ranks, repeats
+interleaved, into one sweep directory.
 
     python -m hpcio.sweep --data /mnt/pfs/inet --ranks 1,2,4,8 --reader naive,coordinated \\
         --repeat 3 --out sweeps/pfs -- --model emulate --compute-time 0.02 --batch 16
     python -m hpcio.sweep analysis/lmdbio-scaling/sweep.yaml      # the same from a spec
+    python -m hpcio.sweep --checkpoint-writer dcp,coordinated --ranks 2,4 --out sweeps/ckpt \
+        -- --model llama3_8b --scale 0.001 --checkpoints 2         # checkpoints instead
 
 Every point is its own job (``--launcher``, default the ``mpiexec`` beside this Python; or
 ``'srun --mpi=pmi2'`` inside an allocation), with a cold cache unless the train options say
@@ -27,10 +30,13 @@ accelerators` has the rules); the answer, every probe and whether the rules held
 ``sweep.json`` under ``search``.
 
 Options after ``--`` go to every ``hpcio.train`` job (a train option before it is refused
-in one line saying so). A spec file holds the same keys as the options (``ranks``,
-``reader``, ``data``, ``reader_option``, ``repeat``, ``launcher``, ``darshan``, ``out``,
-``find_max_accelerators``, ``warmup``, ``simulate_beyond``: :data:`.spec.SPEC`) and
-``train`` (a mapping or list of train options); flags given here override it.
+in one line saying so), or with ``--checkpoint-writer`` to every ``hpcio.checkpoint run``
+job (:mod:`.checkpoints`: its checkpoints in ``SWEEP/checkpoints/``, removed after it). A
+spec file holds the same keys as the options (``ranks``, ``reader``, ``data``,
+``reader_option``, ``repeat``, ``launcher``, ``darshan``, ``out``,
+``find_max_accelerators``, ``warmup``, ``simulate_beyond``, ``checkpoint_writer``:
+:data:`.spec.SPEC`) and ``train`` (a mapping or list of train options); flags given here
+override it.
 """
 
 import os
@@ -43,6 +49,7 @@ from ..cli import (COMMANDS, UNRECOGNIZED, ArgumentParser, command_options, load
 from ..errors import HpcioError
 from ..explain import accelerators
 from ..mpiutil import launcher
+from . import checkpoints
 from .loop import Sweep
 from .search import find_max
 from .spec import checked, points, unknown_keys
@@ -78,6 +85,11 @@ def build_parser():
                    help="with --find-max-accelerators, when the largest count given passes: "
                         "hpcio.simulate, calibrated on the search's measured runs, "
                         "predicts the counts beyond it on this platform (marked simulated)")
+    p.add_argument("--checkpoint-writer", default=None, metavar="WRITERS",
+                   help="sweep checkpoint runs instead: one python -m hpcio.checkpoint run "
+                        "job per writer (coordinated, dcp, torch_save) and rank count; the "
+                        "options after -- go to every such job (e.g. --model llama3_8b "
+                        "--scale 0.001 --checkpoints 2)")
     p.add_argument("--warmup", type=int, default=None,
                    help="with --find-max-accelerators: runs not counted before each point's "
                         "(default 1, as MLPerf Storage)")
@@ -103,12 +115,18 @@ def settings(argv):
             return checked(name, spec[name], a.spec)
         return default
 
+    writers = pick("checkpoint_writer")
     data = pick("data")
-    if not data:
-        raise HpcioError("--data DIR... is required (or data: in the spec)", everywhere=True)
     search = bool(pick("find_max_accelerators", False))
-    return {"data": [os.path.abspath(d) for d in data], "ranks": pick("ranks", [1]),
-            "readers": pick("reader", ["naive", "coordinated"]),
+    if writers:
+        _checkpoint_sweep(data, pick("reader"), search, pick("darshan"))
+        data = [checkpoints.model_of((pick("train") or []) + extra)]
+    elif not data:
+        raise HpcioError("--data DIR... is required (or data: in the spec)", everywhere=True)
+    else:
+        data = [os.path.abspath(d) for d in data]
+    return {"data": data, "ranks": pick("ranks", [1]), "checkpoint": bool(writers),
+            "readers": writers or pick("reader", ["naive", "coordinated"]),
             "reader_options": pick("reader_option", [""]),
             "repeat": pick("repeat", search and accelerators.RUNS or 1),
             "find_max_accelerators": search,
@@ -117,6 +135,17 @@ def settings(argv):
             "launcher": pick("launcher") or launcher(), "darshan": pick("darshan"),
             "out": pick("out") or os.path.join("runs", time.strftime("sweep-%Y%m%d-%H%M%S")),
             "train": (pick("train") or []) + extra, "dry_run": a.dry_run}
+
+
+def _checkpoint_sweep(data, reader, search, darshan):
+    """A checkpoint sweep (``--checkpoint-writer``) takes none of the train sweep's
+    data, readers, search or tracing: each given is refused in one line."""
+    given = [f for f, v in (("--data", data), ("--reader", reader),
+                            ("--find-max-accelerators", search), ("--darshan", darshan)) if v]
+    if given:
+        raise HpcioError(f"--checkpoint-writer sweeps hpcio.checkpoint run jobs: {given[0]} "
+                         f"is a train sweep's (checkpoint options go after --)",
+                         everywhere=True)
 
 
 def _misplaced(parser, argv, unknown, extra):
@@ -149,7 +178,7 @@ def main(argv=None):
     cores = os.cpu_count() or 1
     over = [p.ranks for p in pts if p.ranks > cores]
     sweep = Sweep(s, SweepDir(os.path.abspath(s["out"])), cores, bool(over))
-    if over and not sweep.emulated:
+    if over and not s["checkpoint"] and not sweep.emulated:
         raise HpcioError(f"{max(over)} ranks on {cores} cores: only emulated compute "
                          f"(--model emulate) may oversubscribe the cores", everywhere=True)
     if s["find_max_accelerators"]:
@@ -162,5 +191,5 @@ def main(argv=None):
         return 0
     sweep.dir.make()
     with sweep.dir.locked():
-        sweep.train  # a bad train option is one line before the record is written
+        sweep.check()  # a bad option after -- is one line before the record is written
         return sweep.run(todo)[0]

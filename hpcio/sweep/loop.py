@@ -5,6 +5,7 @@ directory there is and a rerun resumes where this one stopped."""
 import argparse
 import os
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -14,6 +15,7 @@ from functools import cached_property
 from ..errors import HpcioError
 from ..explain.summary import figures_line
 from ..measure.schema import SWEEP_STATUSES as STATUSES
+from . import checkpoints
 from .outcome import outcome
 from .spec import Point, train_options
 from .supervise import Forward, run_job
@@ -49,10 +51,22 @@ class Sweep:
         t = self.train
         return t.model == "emulate" or (t.model is None and t.workload is not None)
 
+    def check(self):
+        """The options after ``--`` read as their command reads them (one line if bad)."""
+        if self.settings.get("checkpoint"):
+            checkpoints.check_options(self.settings["train"])
+        else:
+            self.train
+
     def command(self, point, run_dir):
-        """The launcher's words for one train job of ``point`` into ``run_dir``: a cold
-        cache unless the train options give one."""
+        """The launcher's words for one job of ``point`` into ``run_dir``: a checkpoint
+        job in a checkpoint sweep; else a train job, with a cold cache unless the train
+        options give one."""
         s = self.settings
+        if s.get("checkpoint"):
+            return checkpoints.command(s["launcher"], point, run_dir,
+                                       checkpoints.checkpoint_dir(self.dir.path, run_dir),
+                                       s["train"])
         words = shlex.split(s["launcher"]) + [
             "-n", str(point.ranks), sys.executable, "-m", "hpcio.train", "--data", point.data,
             "--reader", point.reader, "--out", run_dir]
@@ -136,6 +150,9 @@ class Sweep:
         self.dir.write_record(doc)
         t = time.monotonic()
         rc, err = run_job(cmd, forward)
+        if self.settings.get("checkpoint"):  # large; the run directory keeps the figures
+            shutil.rmtree(checkpoints.checkpoint_dir(self.dir.path, run_dir),
+                          ignore_errors=True)
         status, details = outcome(rc, run_dir, err)
         if status != "done":
             details["stderr"] = self.dir.keep_stderr(run_dir, err)
@@ -154,6 +171,8 @@ def _line(r):
     """What a finished run measured, or why it did not, for its progress line."""
     f = r.get("figures") or {}
     if r["status"] == "done":
+        if any(k in f for k in checkpoints.FIGURES):
+            return checkpoints.line(f)
         return figures_line(f) if f.get("au_percent") is not None else "no step measured"
     return f"{r['status'].upper().replace('_', ' ')}: {r.get('error')}"
 

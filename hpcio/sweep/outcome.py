@@ -5,6 +5,7 @@ import signal
 
 from ..measure.rundir import RunDir
 from ..measure.schema import Invalid
+from .checkpoints import figures as checkpoint_figures
 
 __all__ = ["outcome", "error_line", "figures", "FIGURES"]
 
@@ -37,6 +38,10 @@ def _summary(run_dir):
 
 
 def figures(summary):
+    """What sweep.json keeps of a run's summary: a train run's FIGURES, a checkpoint
+    run's own (:data:`.checkpoints.FIGURES`)."""
+    if (summary or {}).get("source") == "hpcio.checkpoint":
+        return checkpoint_figures(summary)
     m = (summary or {}).get("metrics") or {}
     return {k: m.get(k) for k in FIGURES}
 

@@ -12,6 +12,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Optional
 
+from ..checkpoint.command import WRITER_NAMES
 from ..errors import HpcioError
 from ..readers import READERS
 from ..train.options import build_parser as train_parser
@@ -170,6 +171,14 @@ def known_readers(names):
     return None
 
 
+def known_writers(names):
+    bad = [w for w in names if w not in WRITER_NAMES]
+    if bad or not names:
+        return f"unknown checkpoint writer(s) {', '.join(bad) or '(none)'}; choose from " \
+               f"{', '.join(WRITER_NAMES)}"
+    return None
+
+
 TEXT = Key(string("expected a non-empty string"), nonblank("expected a non-empty string"))
 
 # spec key (a flag with dashes) -> its check: the one place a sweep's setting is validated
@@ -185,6 +194,7 @@ SPEC = {
     "launcher": TEXT, "darshan": TEXT, "out": TEXT, "simulate_beyond": TEXT,
     "train": Key(train_words),
     "find_max_accelerators": Key(boolean),
+    "checkpoint_writer": Key(strings(split=True), known_writers),
 }
 
 

@@ -4,11 +4,12 @@ logs, each folder's README says how they were recorded), and writable copies of 
 import os
 import shutil
 
-__all__ = ["FIXTURES", "RUNS", "LOGS", "copy_run"]
+__all__ = ["FIXTURES", "RUNS", "LOGS", "CKPT_RUNS", "copy_run"]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
 RUNS = os.path.join(FIXTURES, "hpcio-runs")  # hpcio.train runs, each with its Darshan log
 LOGS = os.path.join(FIXTURES, "darshan")  # Darshan 3.5.0 logs of the four access patterns
+CKPT_RUNS = os.path.join(FIXTURES, "checkpoint-runs")  # checkpoint runs, with their logs
 
 
 def copy_run(runs, name, dest):
