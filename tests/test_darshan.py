@@ -453,30 +453,26 @@ def test_traced_training_run(tmp_path, lib, parser, reader):
 
 
 def test_traced_checkpoints_mpiio_bytes_are_hpcios(tmp_path, lib, parser):
-    """The coordinated checkpoint writer under Darshan (the project's config, preloaded on
-    2 ranks): MPI-IO wrote and read exactly the checkpoint's bytes as hpcio counts them,
-    every rank its own shard (its tensors, no padding, no metadata)."""
-    logs = tmp_path / "logs"
-    os.makedirs(logs)
-    env = dict(os.environ, **darshan.trace_env(lib, darshan.DEFAULT_CONFIG, dxt=False,
-                                               log_dir=str(logs)))
+    """The coordinated checkpoint writer traced with ``--darshan`` (the project's config,
+    2 ranks): the log lands in the run's darshan/, and MPI-IO wrote and read exactly the
+    checkpoint's bytes as hpcio counts them, every rank its own shard (its tensors, no
+    padding, no metadata); the report reads the same bytes from it."""
     out = tmp_path / "run"
     p = launch([mpiexec(), "-n", "2", sys.executable, "-m", "hpcio.checkpoint", "run",
                 "--model", "llama3_8b", "--scale", "0.0002", "--writer", "coordinated",
-                "--dir", str(tmp_path / "ckpt"), "--out", str(out), "--checkpoints", "1"],
-               timeout=180, env=env)
+                "--dir", str(tmp_path / "ckpt"), "--out", str(out), "--checkpoints", "1",
+                "--darshan", lib], timeout=180)
     assert p.returncode == 0, p.stderr
     with open(out / "summary.json") as f:
         want = json.load(f)["checkpoint_bytes"]
-    found = glob.glob(str(logs / "**" / "*.darshan"), recursive=True)
-    assert len(found) == 1, found
+    with open(out / "env.json") as f:
+        assert json.load(f)["darshan"]["log"] == str(out / "darshan" / "run.darshan")
+    found = glob.glob(str(out / "darshan" / "*.darshan"))
+    assert found == [str(out / "darshan" / "run.darshan")], found
     got = darshanlog.log_summary(found[0], parser)
     wrote, read = got["bytes_written"]["MPI-IO"], got["bytes_read"]["MPI-IO"]
     assert sum(wrote.values()) == sum(read.values()) == want > 0, (wrote, read, want)
     assert sorted(wrote) == [0, 1] and all(v > 0 for v in wrote.values()), wrote
-    # the report reads the log in the run's darshan/: the same bytes, the shared file
-    os.makedirs(out / "darshan")
-    shutil.move(found[0], out / "darshan" / "run.darshan")
     f = ckpt_figures(load_checkpoint_run(str(out)))
     assert f["darshan"]["mpiio_bytes_written"] == want
     assert f["darshan"]["mpiio_coll_writes"] > 0 and f["darshan"]["files_written"] >= 1

@@ -28,10 +28,23 @@ def sizes(args):
     return 0
 
 
+def _trace(args):
+    """``--darshan``: re-execute this rank with the runtime preloaded, before MPI starts,
+    with room in its record table for every file a rank may open (its files, the
+    DCP metadata and the manifest, per checkpoint)."""
+    from ..measure import darshan
+
+    per_ckpt = load_model(args.model).num_layers + 4   # a rank's files at most, +3
+    darshan.reexec_traced(args.darshan, darshan.shared_config(per_ckpt * args.checkpoints),
+                          dxt=args.darshan_dxt)
+
+
 def _main():
     args = build_parser().parse_args()
     if args.command == "sizes":
         return sizes(args)
+    if args.darshan:
+        _trace(args)
     return run(args)
 
 

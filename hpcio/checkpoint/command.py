@@ -75,6 +75,13 @@ def build_parser():
     r.add_argument("--drop-caches", action="store_true",
                    help="also echo 1 > /proc/sys/vm/drop_caches (root only; said if refused)")
     r.add_argument("--seed", type=integer(0), default=0, help="seeds the tensors' bytes")
+    r.add_argument("--darshan", metavar="LIB", default=None,
+                   help="trace the run with this Darshan runtime (libdarshan.so, built "
+                        "against mpi4py's MPI: scripts/darshan-local.sh build): every rank "
+                        "re-executes itself with it preloaded and the project's config; the "
+                        "log goes to OUT/darshan/, where hpcio.analyze finds it")
+    r.add_argument("--darshan-dxt", action="store_true",
+                   help="with --darshan, also trace every read and write (DXT)")
     c = r.add_argument_group("coordinated writer")
     c.add_argument("--mpiio", default="collective", choices=("collective", "independent"),
                    help="MPI_File_write_at_all / read_at_all, or the independent calls")

@@ -42,6 +42,7 @@ from ..cache import cold_scope, drop_caches, resident_fraction
 from ..cli import parse_key_values
 from ..errors import HpcioError, describe, report_to
 from ..fsutil import atomic_json, atomic_write, evict, free_bytes
+from ..measure import darshan
 from ..measure.rundir import RunDir, capture_env
 from ..mpiutil import on_root
 from ..world import init_world
@@ -321,6 +322,10 @@ def run(args):
               "cache": args.cache, "seed": args.seed,
               "coordinated": options if args.writer == "coordinated" else None}
     env = capture_env(world, directory, args.cache)
+    traced = darshan.preloaded_library()   # --darshan, or a launcher's LD_PRELOAD
+    if world.rank == 0 and traced:          # rank 0 writes the log at MPI_Finalize
+        log = darshan.set_logfile(darshan.log_path(run_dir.path, "run"))
+        env["darshan"] = dict(darshan.info(traced), log=log)
     if world.rank == 0:
         run_dir.yaml("checkpoint.yaml", config)
         run_dir.write_env(env)
