@@ -5,6 +5,7 @@ import signal
 import sys
 
 from ..errors import guard, interrupt_on
+from ..measure import darshan
 from .command import build_parser
 from .layout import GIB, MODELS, Layout, Model, load_model
 from .run import run
@@ -32,8 +33,6 @@ def _trace(args):
     """``--darshan``: re-execute this rank with the runtime preloaded, before MPI starts,
     with room in its record table for every file a rank may open (its files, the
     DCP metadata and the manifest, per checkpoint)."""
-    from ..measure import darshan
-
     per_ckpt = load_model(args.model).num_layers + 4   # a rank's files at most, +3
     darshan.reexec_traced(args.darshan, darshan.shared_config(per_ckpt * args.checkpoints),
                           dxt=args.darshan_dxt)
