@@ -61,6 +61,8 @@ class Fit:
     # reader -> the near-equal fits, the best first: [{"platform", "params", "rms_s"}]
     near: Dict[str, list] = field(default_factory=dict)
     tolerance_s: float = TOLERANCE_S
+    # what measurement pinned and what the grids fitted, in words
+    sources: Dict[str, list] = field(default_factory=dict)
 
 
 def simulated_figures(case, out):
@@ -270,11 +272,62 @@ def _near(cases, figs, best, tolerance_s):
     return out
 
 
-def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None):
+def _axes(workloads, platform, costs):
+    """The grid axes a calibration searches: (latencies, {reader: CPU floor}, {reader:
+    per-byte values or None}, what was measured, what fitted). A measured figure
+    (``costs``: :func:`.measured.pinned`'s pair) replaces its axis by its min, median and
+    max; the measured CPU per sample (the data path alone: the rank's per-step work is not
+    in it) raises the floor of the fitted one, as the runs' own CPU does."""
+    readers, storage = costs or ({}, {})
+    floor = measured_cpu(workloads)
+    measured, fitted = [], []
+    lat = storage.get("latency_s")
+    if lat:
+        measured.append(f"latency {lat[0] * 1e6:.0f}-{lat[-1] * 1e6:.0f} us/request")
+    else:
+        lat = [platform.latency_s * lx for lx in LATENCY_X]
+        fitted.append("latency")
+    fitted += ["server bandwidth", "client requests at once", "run queue quantum"]
+    per_byte = {}
+    for r in sorted({w.label for w in workloads}):
+        pin = readers.get(r, {})
+        if "cpu_s" in pin:
+            floor[r] = max(floor.get(r, 0.0), pin["cpu_s"][0])
+            measured.append(f"{r} CPU per sample >= {pin['cpu_s'][0] * 1e6:.0f} us "
+                            f"(floor)")
+        fitted.append(f"{r} CPU per sample")
+        if "cpu_s_per_byte" in pin:
+            per_byte[r] = pin["cpu_s_per_byte"]
+            b = [v * 1e3 * 2 ** 20 for v in per_byte[r]]
+            measured.append(f"{r} CPU {b[0]:.2f}-{b[-1]:.2f} ms/MiB")
+        else:
+            per_byte[r] = None
+            fitted.append(f"{r} CPU per MiB")
+    return lat, floor, per_byte, measured, fitted
+
+
+def _split(cpu, floor, per_byte):
+    """Per reader, the (CPU per sample, per byte) pairs of the second grid: the first
+    grid's CPU per sample split with a cost per byte (the measured values where measured,
+    the best's CPU per sample then kept whole beside each)."""
+    out = {}
+    for r, (c, b0) in cpu.items():
+        if per_byte[r] is None:
+            out[r] = sorted({(max(c * k, floor.get(r, 0.0)), b) for k in SAMPLE_SHARE
+                             for b in BYTE_CPU})
+        else:
+            out[r] = sorted({(max(c * k, floor.get(r, 0.0)), b) for k in SAMPLE_SHARE + (
+                1.25,) for b in per_byte[r]})
+    return out
+
+
+def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None, costs=None):
     """Fit latency, bandwidth, the node client's requests at once, the node's run queue, each
     reader's CPU per sample and per byte, and the naive window on ``workloads``; a
     :class:`Fit` with the residual of every run, and per reader the fits within
-    ``tolerance_s`` (seconds of stall RMS) of the best (``label``: progress lines under it)."""
+    ``tolerance_s`` (seconds of stall RMS) of the best (``label``: progress lines under it).
+    ``costs`` (:func:`.measured.pinned`'s pair): measured figures that replace their grid
+    axes (``Fit.sources`` says which were measured and which fitted)."""
     tolerance_s = check_tolerance(tolerance_s)
     if not workloads:
         raise HpcioError("nothing to calibrate on")
@@ -286,35 +339,35 @@ def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None):
     window = {r: fit_window([w for w in workloads if w.label == r], platform)
               if kinds[r] == "demand" else None for r in kinds}
     platform = fit_barrier(workloads, fit_exchange(workloads, platform))
-    floor = measured_cpu(workloads)
+    lat, floor, per_byte, measured, fitted = _axes(workloads, platform, costs)
+    mid = {r: (v[len(v) // 2] if v else 0.0) for r, v in per_byte.items()}
 
-    # the storage, each reader with its best CPU per sample
-    cases = [Case(platform.with_storage(platform.latency_s * lx, platform.server_bps * bx,
-                                        client_threads=ct), w,
-                  {"cpu_s": cpu, "window": window[w.label], "cpu_s_per_byte": 0.0})
-             for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS
+    # the storage, each reader with its best CPU per sample (and its measured CPU per byte)
+    cases = [Case(platform.with_storage(lt, platform.server_bps * bx, client_threads=ct), w,
+                  {"cpu_s": cpu, "window": window[w.label], "cpu_s_per_byte": mid[w.label]})
+             for lt in lat for bx in BANDWIDTH_X for ct in CLIENTS
              for w in workloads for cpu in cpu_grid(floor.get(w.label, 0.0))]
     first = run_cases(cases, label and f"{label}, storage")
-    storage, cpu = _best(cases, first, lambda c: c.platform, lambda c: c.params["cpu_s"])
+    costs_of = lambda c: (c.params["cpu_s"], c.params["cpu_s_per_byte"])  # noqa: E731
+    storage, cpu = _best(cases, first, lambda c: c.platform, costs_of)
     grid, grid_figs = cases, first
     # then the node's run queue on that storage, each reader's CPU split between a cost per
     # sample (paid on a cache hit too) and one per byte the storage sends (its file-system
     # client's and the kernel's work, not paid on a hit): runs whose later steps hit the
-    # node's cache tell the two apart
-    split = {r: sorted({(max(c * k, floor.get(r, 0.0)), b) for k in SAMPLE_SHARE
-                        for b in BYTE_CPU}) for r, c in cpu.items()}
+    # node's cache tell the two apart, a measured cost per byte pins it
+    split = _split(cpu, floor, per_byte)
     cases = [Case(storage.with_storage(storage.latency_s, storage.server_bps,
                                        cpu_quantum_s=q), w,
                   {"cpu_s": s, "window": window[w.label], "cpu_s_per_byte": b})
              for q in QUANTA for w in workloads for s, b in split[w.label]]
     figs = run_cases(cases, label and f"{label}, run queue and CPU split")
-    costs = lambda c: (c.params["cpu_s"], c.params["cpu_s_per_byte"])  # noqa: E731
-    fitted, split = _best(cases, figs, lambda c: c.platform, costs)
-    fit = Fit(fitted, {r: {"cpu_s": split[r][0], "window": window[r],
-                           "cpu_s_per_byte": split[r][1]} for r in cpu})
+    fitted_platform, split = _best(cases, figs, lambda c: c.platform, costs_of)
+    fit = Fit(fitted_platform, {r: {"cpu_s": split[r][0], "window": window[r],
+                                    "cpu_s_per_byte": split[r][1]} for r in cpu})
+    fit.sources = {"measured": measured, "fitted": fitted}
     for case, f in zip(cases, figs):
         w = case.workload
-        if case.platform == fitted and costs(case) == split[w.label]:
+        if case.platform == fitted_platform and costs_of(case) == split[w.label]:
             fit.simulated[w.name] = (case, f)
             fit.residuals.append({"run": w.name, "reader": w.case, "ranks": w.ranks,
                                   "measured_stall_s": w.measured["stall_max_s"],
@@ -322,7 +375,7 @@ def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None):
                                   "measured_au_percent": w.measured["au_pct"],
                                   "simulated_au_percent": f["au_pct"],
                                   **errors_of(f, w.measured)})
-    best = {r: (fitted, fit.params[r]) for r in cpu}
+    best = {r: (fitted_platform, fit.params[r]) for r in cpu}
     fit.near = _near(grid + cases, grid_figs + figs, best, tolerance_s)
     fit.tolerance_s = tolerance_s
     return fit

@@ -1,0 +1,127 @@
+"""The measured-costs file (``python -m hpcio.simulate bench -o``): what the node measured
+that a prediction hangs on, each figure with its definition and its spread over repeats,
+written and read back here only, so ``calibrate --costs`` takes what ``bench`` wrote.
+
+A figure is ``{median, min, max, repeats: [...]}``; its unit is in its key (``_us``,
+``_ms_per_mib``). Calibration replaces a grid axis by a figure's min, median and max, so the
+near-equal fits span only what measurement leaves open (:func:`pinned`).
+"""
+
+import math
+
+import yaml
+
+from ..errors import HpcioError
+from ..fsutil import atomic_write
+
+__all__ = ["FORMAT", "READER_FIGURES", "STORAGE_FIGURES", "figure", "write_costs", "load_costs",
+           "pinned", "check_costs", "check_keys"]
+
+FORMAT = 1
+#: per reader: key -> (what calibration pins with it, seconds per unit of the key)
+READER_FIGURES = {"cpu_us_per_sample": ("cpu_s", 1e-6),
+                  "cpu_ms_per_mib": ("cpu_s_per_byte", 1e-3 / 2 ** 20)}
+#: the storage's: key -> (platform attribute pinned, seconds per unit)
+STORAGE_FIGURES = {"latency_us": ("latency_s", 1e-6)}
+#: every figure: median, min, max (and the repeats they summarise)
+PARTS = ("median", "min", "max")
+
+
+def figure(values, nd=3):
+    """``values`` (one per repeat) as a figure: median, min, max and the repeats (None
+    where one did not measure it), rounded to ``nd`` decimals; None when none did."""
+    each = [float(x) if x is not None and math.isfinite(x) else None for x in values]
+    v = sorted(x for x in each if x is not None)
+    if not v:
+        return None
+    n = len(v)
+    med = v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+    return {"median": round(med, nd), "min": round(v[0], nd), "max": round(v[-1], nd),
+            "repeats": [None if x is None else round(x, nd) for x in each]}
+
+
+def write_costs(path, costs):
+    """``costs`` (as :func:`check_costs` takes it) as YAML at ``path``, atomically."""
+    data = yaml.safe_dump(dict(costs, hpcio_costs=FORMAT), sort_keys=False).encode()
+    atomic_write(path, lambda f: f.write(data))
+
+
+def _figure_ok(path, key, v):
+    if not isinstance(v, dict):
+        raise HpcioError(f"{path}: {key}: not a figure (median, min, max), got {v!r}")
+    got = {}
+    for p in PARTS:
+        x = v.get(p)
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
+                or x < 0:
+            raise HpcioError(f"{path}: {key}.{p}: not a number >= 0 ({x!r})")
+        got[p] = float(x)
+    if not got["min"] <= got["median"] <= got["max"]:
+        raise HpcioError(f"{path}: {key}: min <= median <= max does not hold "
+                         f"({got['min']:g}, {got['median']:g}, {got['max']:g})")
+    return got
+
+
+def check_costs(d, path="costs"):
+    """The costs file's content ``d`` checked: {"readers": {label: {key: figure}},
+    "storage": {key: figure}}, figures as (median, min, max) floats; HpcioError in one line
+    naming the key otherwise."""
+    if not isinstance(d, dict) or d.get("hpcio_costs") != FORMAT:
+        raise HpcioError(f"{path}: hpcio_costs: not a measured-costs file of format {FORMAT} "
+                         f"(write one with python -m hpcio.simulate bench -o)")
+    out = {"readers": {}, "storage": {}}
+    readers = d.get("readers") or {}
+    if not isinstance(readers, dict):
+        raise HpcioError(f"{path}: readers: not a mapping of reader to figures")
+    for r, figs in readers.items():
+        if not isinstance(figs, dict):
+            raise HpcioError(f"{path}: readers.{r}: not a mapping of figures")
+        out["readers"][r] = {k: _figure_ok(path, f"readers.{r}.{k}", figs[k])
+                             for k in READER_FIGURES if k in figs}
+    storage = d.get("storage") or {}
+    if not isinstance(storage, dict):
+        raise HpcioError(f"{path}: storage: not a mapping of figures")
+    out["storage"] = {k: _figure_ok(path, f"storage.{k}", storage[k])
+                      for k in STORAGE_FIGURES if k in storage}
+    if not any(out["readers"].values()) and not out["storage"]:
+        raise HpcioError(f"{path}: readers, storage: no measured figure to calibrate with")
+    return out
+
+
+def load_costs(path):
+    """The checked content of a costs file (:func:`check_costs`)."""
+    try:
+        with open(path) as f:
+            d = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        raise HpcioError(f"{path}: cannot read the measured costs: "
+                         f"{getattr(e, 'strerror', None) or str(e).splitlines()[0]}")
+    return check_costs(d, path)
+
+
+def _axis(fig, unit):
+    return sorted({fig[p] * unit for p in PARTS})
+
+
+def pinned(costs, keys=None):
+    """What calibration takes from measured ``costs`` (only the figures named in ``keys``,
+    e.g. ``cpu_ms_per_mib``, ``latency_us``; None: all): ({reader: {param: values}},
+    {platform attribute: values}), each axis the figure's min, median and max in seconds
+    (per sample, per byte, per request)."""
+    use = (lambda k: True) if keys is None else (lambda k: k in keys)
+    readers = {r: {READER_FIGURES[k][0]: _axis(f, READER_FIGURES[k][1])
+                   for k, f in figs.items() if use(k)}
+               for r, figs in costs["readers"].items()}
+    storage = {STORAGE_FIGURES[k][0]: _axis(f, STORAGE_FIGURES[k][1])
+               for k, f in costs["storage"].items() if use(k)}
+    return {r: v for r, v in readers.items() if v}, storage
+
+
+def check_keys(text):
+    """``--pin``'s comma-separated figure names, each one the costs file may hold."""
+    keys = [k.strip() for k in text.split(",") if k.strip()]
+    known = list(READER_FIGURES) + list(STORAGE_FIGURES)
+    for k in keys:
+        if k not in known:
+            raise HpcioError(f"--pin {k}: not a measured figure (one of {', '.join(known)})")
+    return set(keys)

@@ -1,0 +1,118 @@
+"""The measured-costs file (hpcio.simulate.measured) and calibration pinning what it
+measured (hpcio.simulate.calibrate, ``--costs``); the bench's own counters
+(hpcio.simulate.bench) read from /proc."""
+
+import os
+
+import pytest
+import yaml
+
+from hpcio.errors import HpcioError
+from hpcio.simulate import bench
+from hpcio.simulate.calibrate import BYTE_CPU, LATENCY_X, _axes, _split
+from hpcio.simulate.measured import (check_keys, figure, load_costs, pinned, write_costs)
+from hpcio.simulate.platform import load_platform
+from hpcio.simulate.workload import Workload
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTBED = os.path.join(ROOT, "platforms", "testbed.yaml")
+MIB = 2 ** 20
+
+
+def _costs():
+    return {"definitions": {"cpu_ms_per_mib": "what it is"},
+            "readers": {"naive": {"cpu_us_per_sample": figure([40.0, 42.0, 45.0]),
+                                  "cpu_ms_per_mib": figure([1.5, 0.5, 1.0])}},
+            "storage": {"latency_us": figure([900.0, 1100.0, 1000.0])}}
+
+
+def test_figure_is_median_and_spread_of_the_repeats():
+    f = figure([3.0, 1.0, 2.0, float("nan"), None])
+    assert (f["median"], f["min"], f["max"]) == (2.0, 1.0, 3.0)
+    assert figure([1.0, 4.0])["median"] == 2.5
+    assert figure([None, float("nan")]) is None
+
+
+def test_costs_file_round_trip(tmp_path):
+    path = tmp_path / "costs.yaml"
+    write_costs(path, _costs())
+    got = load_costs(path)
+    assert got["readers"]["naive"]["cpu_ms_per_mib"] == {"median": 1.0, "min": 0.5,
+                                                          "max": 1.5}
+    assert got["storage"]["latency_us"]["median"] == 1000.0
+    readers, storage = pinned(got)
+    assert readers["naive"]["cpu_s_per_byte"] == pytest.approx(
+        [v * 1e-3 / MIB for v in (0.5, 1.0, 1.5)])
+    assert storage["latency_s"] == pytest.approx([9e-4, 1e-3, 1.1e-3])
+    readers, storage = pinned(got, {"cpu_ms_per_mib"})     # --pin: only what is named
+    assert set(readers["naive"]) == {"cpu_s_per_byte"} and storage == {}
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda d: d["readers"]["naive"]["cpu_ms_per_mib"].update(min="abc"),
+     "readers.naive.cpu_ms_per_mib.min: not a number"),
+    (lambda d: d["readers"]["naive"]["cpu_ms_per_mib"].update(min=9.0),
+     "readers.naive.cpu_ms_per_mib: min <= median <= max"),
+    (lambda d: d["storage"]["latency_us"].pop("median"), "storage.latency_us.median"),
+    (lambda d: d["readers"].update(naive=[1, 2]), "readers.naive: not a mapping"),
+    (lambda d: d.pop("hpcio_costs"), "hpcio_costs: not a measured-costs file"),
+    (lambda d: d.update(readers={}, storage={}), "no measured figure"),
+])
+def test_bad_costs_file_is_one_line_naming_the_key(tmp_path, edit, key):
+    path = tmp_path / "costs.yaml"
+    write_costs(path, _costs())
+    d = yaml.safe_load(path.read_text())
+    edit(d)
+    path.write_text(yaml.safe_dump(d))
+    with pytest.raises(HpcioError) as e:
+        load_costs(path)
+    assert key in str(e.value) and "\n" not in str(e.value)
+
+
+def test_unreadable_costs_and_unknown_pin_are_one_line(tmp_path):
+    with pytest.raises(HpcioError, match="cannot read the measured costs"):
+        load_costs(tmp_path / "missing.yaml")
+    with pytest.raises(HpcioError, match="--pin cpu_per_mib: not a measured figure"):
+        check_keys("cpu_per_mib")
+
+
+def _workload(reader, ranks):
+    return Workload(name=f"{reader}-{ranks}", reader=reader, ranks=ranks, batch=16, steps=4,
+                    records=2048, record_bytes=1e5, shuffle="global", seed=0, compute_s=0.02,
+                    rest_s=0.0, sync=True, prefetch=2, steady_steps=1,
+                    faults_per_sample=1.0, dataset="d", cpu_s_per_sample=3e-4)
+
+
+def test_calibration_pins_a_measured_axis(tmp_path):
+    """A measured CPU per MiB replaces the blind grid by its min, median and max, a
+    measured latency the platform's multiples; a reader measured nothing about keeps its
+    grid; the measured CPU per sample raises the floor only; the fit says which is which."""
+    path = tmp_path / "costs.yaml"
+    write_costs(path, _costs())
+    plat = load_platform(TESTBED)
+    ws = [_workload("naive", 1), _workload("coordinated", 1)]
+    lat, floor, per_byte, measured, fitted = _axes(ws, plat, pinned(load_costs(path)))
+    assert lat == pytest.approx([9e-4, 1e-3, 1.1e-3])
+    assert per_byte["naive"] == pytest.approx([v * 1e-3 / MIB for v in (0.5, 1.0, 1.5)])
+    assert per_byte["coordinated"] is None
+    assert floor["naive"] == pytest.approx(3e-4)             # the runs' 300 us > 40 us
+    split = _split({"naive": (5e-4, 1e-3 / MIB), "coordinated": (5e-4, 0.0)}, floor,
+                   per_byte)
+    assert {b for _, b in split["naive"]} == set(per_byte["naive"])
+    assert {b for _, b in split["coordinated"]} == set(BYTE_CPU)
+    assert any("naive CPU 0.50-1.50 ms/MiB" in m for m in measured)
+    assert "coordinated CPU per MiB" in fitted and "latency" not in fitted
+    lat, _, per_byte, measured, fitted = _axes(ws, plat, None)     # nothing measured
+    assert lat == pytest.approx([plat.latency_s * x for x in LATENCY_X])
+    assert per_byte == {"naive": None, "coordinated": None} and not measured
+
+
+def test_cpu_counters_move_with_work():
+    """The bench's counters: this process's CPU (/proc/PID/stat) and the node's
+    (/proc/stat) grow while it computes; a process gone counts 0."""
+    p0, n0 = bench.proc_cpu(os.getpid()), bench.node_cpu()
+    x = 0
+    while bench.proc_cpu(os.getpid()) - p0 < 0.05:
+        x += sum(range(1000))
+    assert bench.node_cpu() - n0 >= 0.04
+    assert bench.proc_cpu(2 ** 22 + 7) == 0.0
