@@ -3,13 +3,14 @@ measured (hpcio.simulate.calibrate, ``--costs``); the bench's own counters
 (hpcio.simulate.bench) read from /proc."""
 
 import os
+from dataclasses import replace
 
 import pytest
 import yaml
 
 from hpcio.errors import HpcioError
 from hpcio.simulate import bench
-from hpcio.simulate.calibrate import BYTE_CPU, LATENCY_X, _axes, _split
+from hpcio.simulate.calibrate import BYTE_CPU, LATENCY_X, QUANTA, _axes, _split
 from hpcio.simulate.measured import (check_keys, figure, load_costs, pinned, write_costs)
 from hpcio.simulate.platform import load_platform
 from hpcio.simulate.workload import Workload
@@ -23,7 +24,8 @@ def _costs():
     return {"definitions": {"cpu_ms_per_mib": "what it is"},
             "readers": {"naive": {"cpu_us_per_sample": figure([40.0, 42.0, 45.0]),
                                   "cpu_ms_per_mib": figure([1.5, 0.5, 1.0])}},
-            "storage": {"latency_us": figure([900.0, 1100.0, 1000.0])}}
+            "storage": {"latency_us": figure([900.0, 1100.0, 1000.0])},
+            "node": {"run_queue_quantum_ms": figure([2.5, 3.0, None])}}
 
 
 def test_figure_is_median_and_spread_of_the_repeats():
@@ -44,6 +46,7 @@ def test_costs_file_round_trip(tmp_path):
     assert readers["naive"]["cpu_s_per_byte"] == pytest.approx(
         [v * 1e-3 / MIB for v in (0.5, 1.0, 1.5)])
     assert storage["latency_s"] == pytest.approx([9e-4, 1e-3, 1.1e-3])
+    assert storage["cpu_quantum_s"] == pytest.approx([2.5e-3, 2.75e-3, 3e-3])
     readers, storage = pinned(got, {"cpu_ms_per_mib"})     # --pin: only what is named
     assert set(readers["naive"]) == {"cpu_s_per_byte"} and storage == {}
 
@@ -56,7 +59,8 @@ def test_costs_file_round_trip(tmp_path):
     (lambda d: d["storage"]["latency_us"].pop("median"), "storage.latency_us.median"),
     (lambda d: d["readers"].update(naive=[1, 2]), "readers.naive: not a mapping"),
     (lambda d: d.pop("hpcio_costs"), "hpcio_costs: not a measured-costs file"),
-    (lambda d: d.update(readers={}, storage={}), "no measured figure"),
+    (lambda d: d.update(readers={}, storage={}, node={}), "no measured figure"),
+    (lambda d: d["node"]["run_queue_quantum_ms"].update(max=-1), "node.run_queue_quantum_ms.max"),
 ])
 def test_bad_costs_file_is_one_line_naming_the_key(tmp_path, edit, key):
     path = tmp_path / "costs.yaml"
@@ -91,8 +95,10 @@ def test_calibration_pins_a_measured_axis(tmp_path):
     write_costs(path, _costs())
     plat = load_platform(TESTBED)
     ws = [_workload("naive", 1), _workload("coordinated", 1)]
-    lat, floor, per_byte, measured, fitted = _axes(ws, plat, pinned(load_costs(path)))
+    lat, quanta, floor, per_byte, measured, fitted = _axes(ws, plat,
+                                                            pinned(load_costs(path)))
     assert lat == pytest.approx([9e-4, 1e-3, 1.1e-3])
+    assert quanta == pytest.approx([2.5e-3, 2.75e-3, 3e-3])
     assert per_byte["naive"] == pytest.approx([v * 1e-3 / MIB for v in (0.5, 1.0, 1.5)])
     assert per_byte["coordinated"] is None
     assert floor["naive"] == pytest.approx(3e-4)             # the runs' 300 us > 40 us
@@ -102,9 +108,28 @@ def test_calibration_pins_a_measured_axis(tmp_path):
     assert {b for _, b in split["coordinated"]} == set(BYTE_CPU)
     assert any("naive CPU 0.50-1.50 ms/MiB" in m for m in measured)
     assert "coordinated CPU per MiB" in fitted and "latency" not in fitted
-    lat, _, per_byte, measured, fitted = _axes(ws, plat, None)     # nothing measured
+    assert "run queue quantum" not in fitted
+    lat, quanta, _, per_byte, measured, fitted = _axes(ws, plat, None)     # nothing measured
     assert lat == pytest.approx([plat.latency_s * x for x in LATENCY_X])
+    assert quanta == list(QUANTA)
     assert per_byte == {"naive": None, "coordinated": None} and not measured
+
+
+def test_runs_that_measured_the_rank_take_the_cpu_per_mib_outside_it(tmp_path):
+    """Runs that measured their process CPU (the floor of the CPU per sample: the rank's
+    own work for the bytes is in it) are given the CPU per MiB outside the rank; runs that
+    did not, the whole of it."""
+    costs = _costs()
+    costs["readers"]["naive"]["outside_cpu_ms_per_mib"] = figure([0.25, 0.5])
+    path = tmp_path / "costs.yaml"
+    write_costs(path, costs)
+    plat, pin = load_platform(TESTBED), pinned(load_costs(path))
+    _, _, _, per_byte, measured, _ = _axes([_workload("naive", 1)], plat, pin)
+    assert per_byte["naive"] == pytest.approx([v * 1e-3 / MIB for v in (0.25, 0.375, 0.5)])
+    assert any("outside the rank" in m for m in measured)
+    unmeasured = replace(_workload("naive", 1), cpu_s_per_sample=float("nan"))
+    _, _, _, per_byte, _, _ = _axes([unmeasured], plat, pin)
+    assert per_byte["naive"] == pytest.approx([v * 1e-3 / MIB for v in (0.5, 1.0, 1.5)])
 
 
 def test_cpu_counters_move_with_work():

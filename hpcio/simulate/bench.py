@@ -30,6 +30,7 @@ it stretches the latency: the 1-minute load average is recorded before and after
 """
 
 import glob
+import multiprocessing
 import os
 import socket
 import time
@@ -57,6 +58,7 @@ SMALL = 4096
 MIB = 2 ** 20
 SERVERS = ("glusterfsd",)     # the testbed's bricks (scripts/pfs-local.sh)
 TICK = os.sysconf("SC_CLK_TCK")
+GAP_S = 50e-6             # a spinning process not run for this long was preempted
 QUIET_S = 0.5             # the background CPU rate is measured over this long
 QUIET_CPU = 0.03          # ... and a window is quiet below this share of a core
 QUIET_WAIT_S = 30.0       # waited for at most, before a measurement
@@ -69,11 +71,15 @@ DEFINITIONS = {
                       "servers on this node, cold epoch less hot, per MiB the storage sent "
                       "(pages resident after the cold epoch): paid only for bytes from "
                       "the storage",
+    "outside_cpu_ms_per_mib": "cpu_ms_per_mib less the rank's own part: what a run's "
+                              "process CPU (summary.json client_cpu_s_per_sample) leaves out",
     "latency_us": "median wall time of a cold 4 KiB pread at a record's start",
     "request_cpu_us": "node CPU (as cpu_ms_per_mib) per cold pread, from small and large "
                       "records",
     "cpu_ms_per_mib_raw": "node CPU (as cpu_ms_per_mib) per MiB of cold preads, from small "
                           "and large records",
+    "run_queue_quantum_ms": "median stretch a CPU-bound process runs before another takes "
+                            "its core, one more spinning process than cores",
     "barrier_ms_per_step": "runs' barrier_s_per_step (the last rank's wait at a step's "
                            "barrier), median over the runs of each rank count",
 }
@@ -255,6 +261,7 @@ def reader_costs(ds, reader, opts, plan, meter, comm, cold):
            for k in ("rank", "client", "servers", "paid")}
     return {"cpu_us_per_sample": h["rank"] / n * 1e6 if cached else None,
             "cpu_ms_per_mib": per["paid"],
+            "outside_cpu_ms_per_mib": per["client"] + per["servers"] if cached else None,
             "parts_ms_per_mib": {k: per[k] for k in ("rank", "client", "servers")},
             "cold_cpu_us_per_sample": c["paid"] / n * 1e6,
             "hot_cpu_us_per_sample": h["paid"] / n * 1e6,
@@ -298,6 +305,41 @@ def storage_costs(ds, records, meter, cold):
             "small_mib_per_request": b_s / MIB / len(ids)}
 
 
+def _spin(seconds, conn):
+    """Spin for ``seconds``, sending back the lengths of the stretches this process ran
+    without a gap over :data:`GAP_S` (a gap: another process held the core)."""
+    t = time.perf_counter
+    start = last = t()
+    end = start + seconds
+    runs = []
+    while last < end:
+        now = t()
+        if now - last > GAP_S:
+            runs.append(last - start)
+            start = now
+        last = now
+    conn.send(runs[1:])     # the first stretch began before the others were running
+    conn.close()
+
+
+def run_queue_quantum(seconds=1.0, procs=None):
+    """The node's run queue as a rank meets it when the cores are oversubscribed: one more
+    spinning process than cores, each stretch one ran before another took its core; the
+    median stretch in ms (the simulation's ``cpu_quantum_us``), or None when no process was
+    ever preempted."""
+    ctx = multiprocessing.get_context("fork")
+    ends, kids = [], []
+    for _ in range(procs or (os.cpu_count() or 1) + 1):
+        a, b = ctx.Pipe(False)
+        kids.append(ctx.Process(target=_spin, args=(seconds, b), daemon=True))
+        kids[-1].start()
+        ends.append(a)
+    runs = [r for a in ends for r in a.recv()]
+    for k in kids:
+        k.join()
+    return float(np.median(runs)) * 1e3 if runs else None
+
+
 def barrier_costs(runs):
     """Per rank count, the runs' barrier per step in ms (median, spread over the runs)."""
     dirs, problems, _ = expand(runs)
@@ -327,6 +369,7 @@ def measure(data, readers, repeat=3, batch=16, records=None, shuffle="global",
     """Every figure of the module's docstring, ``repeat`` times interleaved; the costs
     file's content (``say``: a line per repeat)."""
     from mpi4py import MPI  # MPI starts only when something is measured (--help needs none)
+    quanta = [run_queue_quantum() for _ in range(repeat)]   # before MPI: it forks
     ds = open_dataset(data)
     n = len(ds.index) if records is None else min(int(records), len(ds.index))
     plan = make_plan(n, 1, 0, batch, shuffle=shuffle)
@@ -361,7 +404,8 @@ def measure(data, readers, repeat=3, batch=16, records=None, shuffle="global",
                            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                            "load_1min_before": load0, "load_1min_after": loadavg()},
            "readers": {r: _summary(v) for r, v in each.items()},
-           "storage": _summary(probes)}
+           "storage": _summary(probes),
+           "node": {"run_queue_quantum_ms": figure(quanta)}}
     if runs:
         out["barrier_ms_per_step"] = barrier_costs(runs)
     return out
@@ -426,12 +470,15 @@ def _bench(args):
                     servers=tuple(s for s in args.servers.split(",") if s), runs=args.runs,
                     drop=args.drop)
     for r, figs in costs["readers"].items():
-        print(f"{r}: CPU {_fig(figs['cpu_us_per_sample'], 'us/sample')}, "
-              f"{_fig(figs['cpu_ms_per_mib'], 'ms/MiB')} from the storage")
+        print(f"{r}: CPU {_fig(figs['cpu_us_per_sample'], 'us/sample')} hot, "
+              f"{_fig(figs['cpu_ms_per_mib'], 'ms/MiB')} from the storage (outside the "
+              f"rank: {_fig(figs['outside_cpu_ms_per_mib'], 'ms/MiB')})")
     s = costs["storage"]
     print(f"storage: latency {_fig(s['latency_us'], 'us')} per cold 4 KiB pread; "
           f"{_fig(s['request_cpu_us'], 'us')} CPU per request, "
           f"{_fig(s['cpu_ms_per_mib_raw'], 'ms/MiB')}")
+    print(f"node: run queue quantum {_fig(costs['node']['run_queue_quantum_ms'], 'ms')} "
+          f"(one more spinning process than cores)")
     for p, f in (costs.get("barrier_ms_per_step") or {}).items():
         print(f"barrier at {p} ranks: {_fig(f, 'ms/step')}")
     write_costs(args.output, costs)

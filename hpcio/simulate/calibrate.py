@@ -273,37 +273,45 @@ def _near(cases, figs, best, tolerance_s):
 
 
 def _axes(workloads, platform, costs):
-    """The grid axes a calibration searches: (latencies, {reader: CPU floor}, {reader:
-    per-byte values or None}, what was measured, what fitted). A measured figure
-    (``costs``: :func:`.measured.pinned`'s pair) replaces its axis by its min, median and
-    max; the measured CPU per sample (the data path alone: the rank's per-step work is not
-    in it) raises the floor of the fitted one, as the runs' own CPU does."""
-    readers, storage = costs or ({}, {})
+    """The grid axes a calibration searches: (latencies, run-queue quanta, {reader: CPU
+    floor}, {reader: per-byte values or None}, what was measured, what fitted). A measured
+    figure (``costs``: :func:`.measured.pinned`'s pair) replaces its axis by its min, median
+    and max. The CPU per MiB is the one outside the rank's process where the runs measured
+    that process's CPU (it holds the rank's own part, and is the floor of the CPU per
+    sample); the measured CPU per sample (a hot data path alone, not the rank's per-step
+    work) raises that floor."""
+    readers, plat = costs or ({}, {})
     floor = measured_cpu(workloads)
     measured, fitted = [], []
-    lat = storage.get("latency_s")
+    lat, quanta = plat.get("latency_s"), plat.get("cpu_quantum_s")
     if lat:
         measured.append(f"latency {lat[0] * 1e6:.0f}-{lat[-1] * 1e6:.0f} us/request")
     else:
         lat = [platform.latency_s * lx for lx in LATENCY_X]
         fitted.append("latency")
-    fitted += ["server bandwidth", "client requests at once", "run queue quantum"]
+    if quanta:
+        measured.append(f"run queue quantum {quanta[0] * 1e3:.2f}-{quanta[-1] * 1e3:.2f} ms")
+    else:
+        quanta = list(QUANTA)
+        fitted.append("run queue quantum")
+    fitted += ["server bandwidth", "client requests at once"]
     per_byte = {}
     for r in sorted({w.label for w in workloads}):
         pin = readers.get(r, {})
+        outside = r in floor and "cpu_s_per_byte_outside" in pin
+        per_byte[r] = pin.get("cpu_s_per_byte_outside" if outside else "cpu_s_per_byte")
         if "cpu_s" in pin:
             floor[r] = max(floor.get(r, 0.0), pin["cpu_s"][0])
-            measured.append(f"{r} CPU per sample >= {pin['cpu_s'][0] * 1e6:.0f} us "
-                            f"(floor)")
+            measured.append(f"{r} CPU per sample >= {pin['cpu_s'][0] * 1e6:.0f} us (hot, a "
+                            f"floor)")
         fitted.append(f"{r} CPU per sample")
-        if "cpu_s_per_byte" in pin:
-            per_byte[r] = pin["cpu_s_per_byte"]
+        if per_byte[r]:
             b = [v * 1e3 * 2 ** 20 for v in per_byte[r]]
-            measured.append(f"{r} CPU {b[0]:.2f}-{b[-1]:.2f} ms/MiB")
+            measured.append(f"{r} CPU {b[0]:.2f}-{b[-1]:.2f} ms/MiB"
+                            + (" outside the rank" if outside else ""))
         else:
-            per_byte[r] = None
             fitted.append(f"{r} CPU per MiB")
-    return lat, floor, per_byte, measured, fitted
+    return lat, quanta, floor, per_byte, measured, fitted
 
 
 def _split(cpu, floor, per_byte):
@@ -312,7 +320,7 @@ def _split(cpu, floor, per_byte):
     the best's CPU per sample then kept whole beside each)."""
     out = {}
     for r, (c, b0) in cpu.items():
-        if per_byte[r] is None:
+        if not per_byte[r]:
             out[r] = sorted({(max(c * k, floor.get(r, 0.0)), b) for k in SAMPLE_SHARE
                              for b in BYTE_CPU})
         else:
@@ -339,7 +347,7 @@ def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None, costs=No
     window = {r: fit_window([w for w in workloads if w.label == r], platform)
               if kinds[r] == "demand" else None for r in kinds}
     platform = fit_barrier(workloads, fit_exchange(workloads, platform))
-    lat, floor, per_byte, measured, fitted = _axes(workloads, platform, costs)
+    lat, quanta, floor, per_byte, measured, fitted = _axes(workloads, platform, costs)
     mid = {r: (v[len(v) // 2] if v else 0.0) for r, v in per_byte.items()}
 
     # the storage, each reader with its best CPU per sample (and its measured CPU per byte)
@@ -359,7 +367,7 @@ def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None, costs=No
     cases = [Case(storage.with_storage(storage.latency_s, storage.server_bps,
                                        cpu_quantum_s=q), w,
                   {"cpu_s": s, "window": window[w.label], "cpu_s_per_byte": b})
-             for q in QUANTA for w in workloads for s, b in split[w.label]]
+             for q in quanta for w in workloads for s, b in split[w.label]]
     figs = run_cases(cases, label and f"{label}, run queue and CPU split")
     fitted_platform, split = _best(cases, figs, lambda c: c.platform, costs_of)
     fit = Fit(fitted_platform, {r: {"cpu_s": split[r][0], "window": window[r],

@@ -14,15 +14,18 @@ import yaml
 from ..errors import HpcioError
 from ..fsutil import atomic_write
 
-__all__ = ["FORMAT", "READER_FIGURES", "STORAGE_FIGURES", "figure", "write_costs", "load_costs",
+__all__ = ["FORMAT", "READER_FIGURES", "PLATFORM_FIGURES", "figure", "write_costs", "load_costs",
            "pinned", "check_costs", "check_keys"]
 
 FORMAT = 1
 #: per reader: key -> (what calibration pins with it, seconds per unit of the key)
 READER_FIGURES = {"cpu_us_per_sample": ("cpu_s", 1e-6),
-                  "cpu_ms_per_mib": ("cpu_s_per_byte", 1e-3 / 2 ** 20)}
-#: the storage's: key -> (platform attribute pinned, seconds per unit)
-STORAGE_FIGURES = {"latency_us": ("latency_s", 1e-6)}
+                  "cpu_ms_per_mib": ("cpu_s_per_byte", 1e-3 / 2 ** 20),
+                  "outside_cpu_ms_per_mib": ("cpu_s_per_byte_outside", 1e-3 / 2 ** 20)}
+#: the storage's and the node's: section -> key -> (platform attribute pinned, seconds
+#: per unit)
+PLATFORM_FIGURES = {"storage": {"latency_us": ("latency_s", 1e-6)},
+                    "node": {"run_queue_quantum_ms": ("cpu_quantum_s", 1e-3)}}
 #: every figure: median, min, max (and the repeats they summarise)
 PARTS = ("median", "min", "max")
 
@@ -64,12 +67,12 @@ def _figure_ok(path, key, v):
 
 def check_costs(d, path="costs"):
     """The costs file's content ``d`` checked: {"readers": {label: {key: figure}},
-    "storage": {key: figure}}, figures as (median, min, max) floats; HpcioError in one line
-    naming the key otherwise."""
+    "storage": {key: figure}, "node": {key: figure}}, figures as (median, min, max) floats;
+    HpcioError in one line naming the key otherwise."""
     if not isinstance(d, dict) or d.get("hpcio_costs") != FORMAT:
         raise HpcioError(f"{path}: hpcio_costs: not a measured-costs file of format {FORMAT} "
                          f"(write one with python -m hpcio.simulate bench -o)")
-    out = {"readers": {}, "storage": {}}
+    out = {"readers": {}}
     readers = d.get("readers") or {}
     if not isinstance(readers, dict):
         raise HpcioError(f"{path}: readers: not a mapping of reader to figures")
@@ -77,14 +80,16 @@ def check_costs(d, path="costs"):
         if not isinstance(figs, dict):
             raise HpcioError(f"{path}: readers.{r}: not a mapping of figures")
         out["readers"][r] = {k: _figure_ok(path, f"readers.{r}.{k}", figs[k])
-                             for k in READER_FIGURES if k in figs}
-    storage = d.get("storage") or {}
-    if not isinstance(storage, dict):
-        raise HpcioError(f"{path}: storage: not a mapping of figures")
-    out["storage"] = {k: _figure_ok(path, f"storage.{k}", storage[k])
-                      for k in STORAGE_FIGURES if k in storage}
-    if not any(out["readers"].values()) and not out["storage"]:
-        raise HpcioError(f"{path}: readers, storage: no measured figure to calibrate with")
+                             for k in READER_FIGURES if figs.get(k) is not None}
+    for sec, known in PLATFORM_FIGURES.items():
+        got = d.get(sec) or {}
+        if not isinstance(got, dict):
+            raise HpcioError(f"{path}: {sec}: not a mapping of figures")
+        out[sec] = {k: _figure_ok(path, f"{sec}.{k}", got[k]) for k in known
+                    if got.get(k) is not None}
+    if not any(out["readers"].values()) and not any(out[s] for s in PLATFORM_FIGURES):
+        raise HpcioError(f"{path}: readers, storage, node: no measured figure to calibrate "
+                         f"with")
     return out
 
 
@@ -107,20 +112,20 @@ def pinned(costs, keys=None):
     """What calibration takes from measured ``costs`` (only the figures named in ``keys``,
     e.g. ``cpu_ms_per_mib``, ``latency_us``; None: all): ({reader: {param: values}},
     {platform attribute: values}), each axis the figure's min, median and max in seconds
-    (per sample, per byte, per request)."""
+    (per sample, per byte, per request, per quantum)."""
     use = (lambda k: True) if keys is None else (lambda k: k in keys)
     readers = {r: {READER_FIGURES[k][0]: _axis(f, READER_FIGURES[k][1])
                    for k, f in figs.items() if use(k)}
                for r, figs in costs["readers"].items()}
-    storage = {STORAGE_FIGURES[k][0]: _axis(f, STORAGE_FIGURES[k][1])
-               for k, f in costs["storage"].items() if use(k)}
-    return {r: v for r, v in readers.items() if v}, storage
+    platform = {known[k][0]: _axis(f, known[k][1]) for sec, known in PLATFORM_FIGURES.items()
+                for k, f in costs.get(sec, {}).items() if use(k)}
+    return {r: v for r, v in readers.items() if v}, platform
 
 
 def check_keys(text):
     """``--pin``'s comma-separated figure names, each one the costs file may hold."""
     keys = [k.strip() for k in text.split(",") if k.strip()]
-    known = list(READER_FIGURES) + list(STORAGE_FIGURES)
+    known = list(READER_FIGURES) + [k for v in PLATFORM_FIGURES.values() for k in v]
     for k in keys:
         if k not in known:
             raise HpcioError(f"--pin {k}: not a measured figure (one of {', '.join(known)})")
