@@ -95,14 +95,14 @@ def test_calibration_pins_a_measured_axis(tmp_path):
     write_costs(path, _costs())
     plat = load_platform(TESTBED)
     ws = [_workload("naive", 1), _workload("coordinated", 1)]
-    lat, quanta, floor, per_byte, measured, fitted = _axes(ws, plat,
-                                                            pinned(load_costs(path)))
+    lat, quanta, cpu, per_byte, measured, fitted = _axes(ws, plat, pinned(load_costs(path)))
     assert lat == pytest.approx([9e-4, 1e-3, 1.1e-3])
     assert quanta == pytest.approx([2.5e-3, 2.75e-3, 3e-3])
     assert per_byte["naive"] == pytest.approx([v * 1e-3 / MIB for v in (0.5, 1.0, 1.5)])
     assert per_byte["coordinated"] is None
-    assert floor["naive"] == pytest.approx(3e-4)             # the runs' 300 us > 40 us
-    split = _split({"naive": (5e-4, 1e-3 / MIB), "coordinated": (5e-4, 0.0)}, floor,
+    assert cpu["naive"]["floor"] == pytest.approx(3e-4)     # the runs' 300 us > 40 us
+    assert not cpu["naive"]["pinned"] and min(cpu["naive"]["values"]) == pytest.approx(3e-4)
+    split = _split({"naive": (5e-4, 1e-3 / MIB), "coordinated": (5e-4, 0.0)}, cpu,
                    per_byte)
     assert {b for _, b in split["naive"]} == set(per_byte["naive"])
     assert {b for _, b in split["coordinated"]} == set(BYTE_CPU)
@@ -116,17 +116,25 @@ def test_calibration_pins_a_measured_axis(tmp_path):
 
 
 def test_runs_that_measured_the_rank_take_the_cpu_per_mib_outside_it(tmp_path):
-    """Runs that measured their process CPU (the floor of the CPU per sample: the rank's
-    own work for the bytes is in it) are given the CPU per MiB outside the rank; runs that
-    did not, the whole of it."""
+    """Runs that measured their process CPU (the rank's own work for the bytes is in it)
+    are given the CPU per MiB outside the rank, and their CPU per sample is pinned to the
+    spread of that process CPU over the runs: the node's CPU is then all measured, every
+    second-grid pair a measured one. Runs that did not are given the whole CPU per MiB."""
     costs = _costs()
     costs["readers"]["naive"]["outside_cpu_ms_per_mib"] = figure([0.25, 0.5])
     path = tmp_path / "costs.yaml"
     write_costs(path, costs)
     plat, pin = load_platform(TESTBED), pinned(load_costs(path))
-    _, _, _, per_byte, measured, _ = _axes([_workload("naive", 1)], plat, pin)
+    ws = [_workload("naive", 1), replace(_workload("naive", 2), cpu_s_per_sample=5e-4)]
+    _, _, cpu, per_byte, measured, fitted = _axes(ws, plat, pin)
     assert per_byte["naive"] == pytest.approx([v * 1e-3 / MIB for v in (0.25, 0.375, 0.5)])
     assert any("outside the rank" in m for m in measured)
+    assert cpu["naive"]["pinned"] and cpu["naive"]["values"] == pytest.approx([3e-4, 4e-4,
+                                                                               5e-4])
+    assert not any(f.startswith("naive CPU") for f in fitted)
+    split = _split({"naive": (4e-4, per_byte["naive"][1])}, cpu, per_byte)
+    assert split["naive"] == sorted((s, b) for s in cpu["naive"]["values"]
+                                    for b in per_byte["naive"])
     unmeasured = replace(_workload("naive", 1), cpu_s_per_sample=float("nan"))
     _, _, _, per_byte, _, _ = _axes([unmeasured], plat, pin)
     assert per_byte["naive"] == pytest.approx([v * 1e-3 / MIB for v in (0.5, 1.0, 1.5)])

@@ -272,14 +272,23 @@ def _near(cases, figs, best, tolerance_s):
     return out
 
 
+def _spread(workloads, r):
+    """The min, median and max over reader ``r``'s runs of their measured process CPU per
+    sample."""
+    v = sorted(w.cpu_s_per_sample for w in workloads
+               if w.label == r and math.isfinite(w.cpu_s_per_sample))
+    return sorted({v[0], float(np.median(v)), v[-1]})
+
+
 def _axes(workloads, platform, costs):
-    """The grid axes a calibration searches: (latencies, run-queue quanta, {reader: CPU
-    floor}, {reader: per-byte values or None}, what was measured, what fitted). A measured
-    figure (``costs``: :func:`.measured.pinned`'s pair) replaces its axis by its min, median
-    and max. The CPU per MiB is the one outside the rank's process where the runs measured
-    that process's CPU (it holds the rank's own part, and is the floor of the CPU per
-    sample); the measured CPU per sample (a hot data path alone, not the rank's per-step
-    work) raises that floor."""
+    """The grid axes a calibration searches: (latencies, run-queue quanta, {reader: its CPU
+    per sample {values, pinned, floor}}, {reader: per-byte values or None}, what was
+    measured, what fitted). A measured figure (``costs``: :func:`.measured.pinned`'s pair)
+    replaces its axis by its min, median and max. Where the runs measured their process
+    CPU, the CPU per MiB is the one outside the rank's process, and then the node's CPU is
+    all measured: the CPU per sample is pinned too, to the spread of the runs' process CPU.
+    Otherwise that process CPU (and the bench's hot data path) is the floor of a fitted
+    CPU per sample."""
     readers, plat = costs or ({}, {})
     floor = measured_cpu(workloads)
     measured, fitted = [], []
@@ -295,37 +304,43 @@ def _axes(workloads, platform, costs):
         quanta = list(QUANTA)
         fitted.append("run queue quantum")
     fitted += ["server bandwidth", "client requests at once"]
-    per_byte = {}
+    cpu, per_byte = {}, {}
     for r in sorted({w.label for w in workloads}):
         pin = readers.get(r, {})
         outside = r in floor and "cpu_s_per_byte_outside" in pin
         per_byte[r] = pin.get("cpu_s_per_byte_outside" if outside else "cpu_s_per_byte")
-        if "cpu_s" in pin:
-            floor[r] = max(floor.get(r, 0.0), pin["cpu_s"][0])
-            measured.append(f"{r} CPU per sample >= {pin['cpu_s'][0] * 1e6:.0f} us (hot, a "
-                            f"floor)")
-        fitted.append(f"{r} CPU per sample")
+        if outside:
+            v = _spread(workloads, r)
+            cpu[r] = {"values": v, "pinned": True, "floor": v[0]}
+            measured.append(f"{r} CPU per sample {v[0] * 1e6:.0f}-{v[-1] * 1e6:.0f} us (the "
+                            f"runs' process CPU)")
+        else:
+            f = max(floor.get(r, 0.0), pin["cpu_s"][0] if "cpu_s" in pin else 0.0)
+            cpu[r] = {"values": cpu_grid(f), "pinned": False, "floor": f}
+            fitted.append(f"{r} CPU per sample (>= {f * 1e6:.0f} us)")
         if per_byte[r]:
             b = [v * 1e3 * 2 ** 20 for v in per_byte[r]]
             measured.append(f"{r} CPU {b[0]:.2f}-{b[-1]:.2f} ms/MiB"
                             + (" outside the rank" if outside else ""))
         else:
             fitted.append(f"{r} CPU per MiB")
-    return lat, quanta, floor, per_byte, measured, fitted
+    return lat, quanta, cpu, per_byte, measured, fitted
 
 
-def _split(cpu, floor, per_byte):
-    """Per reader, the (CPU per sample, per byte) pairs of the second grid: the first
-    grid's CPU per sample split with a cost per byte (the measured values where measured,
-    the best's CPU per sample then kept whole beside each)."""
+def _split(best, cpu, per_byte):
+    """Per reader, the (CPU per sample, per byte) pairs of the second grid: every measured
+    pair where both are measured; else the first grid's best CPU per sample split with a
+    cost per byte (the measured values where measured, the blind grid otherwise)."""
     out = {}
-    for r, (c, b0) in cpu.items():
-        if not per_byte[r]:
-            out[r] = sorted({(max(c * k, floor.get(r, 0.0)), b) for k in SAMPLE_SHARE
-                             for b in BYTE_CPU})
+    for r, (c, _) in best.items():
+        ax, f = cpu[r], cpu[r]["floor"]
+        if ax["pinned"] and per_byte[r]:
+            out[r] = sorted({(s, b) for s in ax["values"] for b in per_byte[r]})
+        elif per_byte[r]:
+            out[r] = sorted({(max(c * k, f), b) for k in SAMPLE_SHARE + (1.25,)
+                             for b in per_byte[r]})
         else:
-            out[r] = sorted({(max(c * k, floor.get(r, 0.0)), b) for k in SAMPLE_SHARE + (
-                1.25,) for b in per_byte[r]})
+            out[r] = sorted({(max(c * k, f), b) for k in SAMPLE_SHARE for b in BYTE_CPU})
     return out
 
 
@@ -347,14 +362,18 @@ def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None, costs=No
     window = {r: fit_window([w for w in workloads if w.label == r], platform)
               if kinds[r] == "demand" else None for r in kinds}
     platform = fit_barrier(workloads, fit_exchange(workloads, platform))
-    lat, quanta, floor, per_byte, measured, fitted = _axes(workloads, platform, costs)
+    lat, quanta, cpu_axis, per_byte, measured, fitted = _axes(workloads, platform, costs)
     mid = {r: (v[len(v) // 2] if v else 0.0) for r, v in per_byte.items()}
 
-    # the storage, each reader with its best CPU per sample (and its measured CPU per byte)
-    cases = [Case(platform.with_storage(lt, platform.server_bps * bx, client_threads=ct), w,
+    # the storage, each reader with its best CPU per sample (and its measured CPU per byte;
+    # the run queue as measured, where it was, so no near-equal fit has one measurement
+    # rules out)
+    q0 = quanta[len(quanta) // 2] if "cpu_quantum_s" in (costs or ({}, {}))[1] else None
+    cases = [Case(platform.with_storage(lt, platform.server_bps * bx, client_threads=ct,
+                                        cpu_quantum_s=q0), w,
                   {"cpu_s": cpu, "window": window[w.label], "cpu_s_per_byte": mid[w.label]})
              for lt in lat for bx in BANDWIDTH_X for ct in CLIENTS
-             for w in workloads for cpu in cpu_grid(floor.get(w.label, 0.0))]
+             for w in workloads for cpu in cpu_axis[w.label]["values"]]
     first = run_cases(cases, label and f"{label}, storage")
     costs_of = lambda c: (c.params["cpu_s"], c.params["cpu_s_per_byte"])  # noqa: E731
     storage, cpu = _best(cases, first, lambda c: c.platform, costs_of)
@@ -363,7 +382,7 @@ def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None, costs=No
     # sample (paid on a cache hit too) and one per byte the storage sends (its file-system
     # client's and the kernel's work, not paid on a hit): runs whose later steps hit the
     # node's cache tell the two apart, a measured cost per byte pins it
-    split = _split(cpu, floor, per_byte)
+    split = _split(cpu, cpu_axis, per_byte)
     cases = [Case(storage.with_storage(storage.latency_s, storage.server_bps,
                                        cpu_quantum_s=q), w,
                   {"cpu_s": s, "window": window[w.label], "cpu_s_per_byte": b})
