@@ -11,6 +11,7 @@ import yaml
 from hpcio.errors import HpcioError
 from hpcio.simulate import bench
 from hpcio.simulate.calibrate import BYTE_CPU, LATENCY_X, QUANTA, _axes, _split
+from hpcio.simulate.engine import INSTALL_HINT, available
 from hpcio.simulate.measured import (check_keys, figure, load_costs, pinned, write_costs)
 from hpcio.simulate.platform import load_platform
 from hpcio.simulate.workload import Workload
@@ -18,6 +19,7 @@ from hpcio.simulate.workload import Workload
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTBED = os.path.join(ROOT, "platforms", "testbed.yaml")
 MIB = 2 ** 20
+needs_simgrid = pytest.mark.skipif(not available()[0], reason=INSTALL_HINT)
 
 
 def _costs():
@@ -149,3 +151,44 @@ def test_cpu_counters_move_with_work():
         x += sum(range(1000))
     assert bench.node_cpu() - n0 >= 0.04
     assert bench.proc_cpu(2 ** 22 + 7) == 0.0
+
+
+@needs_simgrid
+def test_calibrate_keeps_every_near_fit_on_the_measured_axes(tmp_path):
+    """Calibrated on a recorded testbed run with measured latency, quantum and CPU per MiB
+    outside the rank: every near-equal fit (the best first) takes them from the measured
+    spread, the CPU per sample from the run's own process CPU, and the output says which
+    costs were measured and which fitted."""
+    from hpcio.simulate.calibrate import calibrate
+    from hpcio.simulate.workload import workload_from_run
+    costs = _costs()
+    costs["readers"]["naive"]["outside_cpu_ms_per_mib"] = figure([3.2, 3.4, 4.0])
+    path = tmp_path / "costs.yaml"
+    write_costs(path, costs)
+    w = workload_from_run(os.path.join(ROOT, "tests", "fixtures", "hpcio-runs",
+                                       "pfs-inet-lmdb-naive-n1"))
+    fit = calibrate([w], load_platform(TESTBED), 1e-3, None, pinned(load_costs(path)))
+    near = fit.near["naive"]
+    assert near and near[0]["params"] == {k: fit.params["naive"][k] for k in near[0]["params"]}
+    def one_of(x, values):
+        return any(x == pytest.approx(v) for v in values)
+    for n in near:
+        assert one_of(n["platform"].latency_s, [9e-4, 1e-3, 1.1e-3])
+        assert one_of(n["platform"].cpu_quantum_s, [2.5e-3, 2.75e-3, 3e-3])
+        assert one_of(n["params"]["cpu_s_per_byte"] * 1e3 * MIB, [3.2, 3.4, 4.0])
+        assert n["params"]["cpu_s"] == pytest.approx(w.cpu_s_per_sample)
+    assert any("naive CPU 3.20-4.00 ms/MiB outside the rank" in m
+               for m in fit.sources["measured"])
+    assert "latency" not in fit.sources["fitted"]
+    assert "server bandwidth" in fit.sources["fitted"]
+
+
+def test_pin_without_costs_and_a_bad_costs_file_are_one_line(tmp_path):
+    from hpcio.simulate.__main__ import main
+    run = os.path.join(ROOT, "tests", "fixtures", "hpcio-runs", "pfs-inet-lmdb-naive-n1")
+    with pytest.raises(HpcioError, match="--pin: give the measured costs with --costs"):
+        main(["calibrate", run, "--platform", TESTBED, "--pin", "latency_us"])
+    bad = tmp_path / "costs.yaml"
+    bad.write_text("hpcio_costs: 1\nstorage: {latency_us: {median: 1, min: 2, max: 3}}\n")
+    with pytest.raises(HpcioError, match="storage.latency_us: min <= median <= max"):
+        main(["calibrate", run, "--platform", TESTBED, "--costs", str(bad)])

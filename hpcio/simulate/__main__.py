@@ -70,7 +70,7 @@ def _calibrate(args):
     _print_rows("residual per run (stall err relative, floor 1 ms; AU in points):",
                 fit.residuals)
     if args.output:
-        write_calibration(args.output, fit, args.runs)
+        write_calibration(args.output, fit, args.runs, args.costs)
         print(f"wrote {args.output}")
     return 0
 
