@@ -21,7 +21,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 from hpcio.measure.probes import loadavg  # noqa: E402
-from hpcio.simulate.measured import check_keys, load_costs, pinned  # noqa: E402
+from hpcio.simulate.measured import check_keys, load_costs, merge_costs, pinned  # noqa: E402
 from hpcio.simulate.platform import load_platform  # noqa: E402
 from hpcio.simulate.predict import held_out, workloads  # noqa: E402
 
@@ -45,7 +45,8 @@ def _rows(title, held):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--costs", required=True, help="a costs file of `hpcio.simulate bench`")
+    ap.add_argument("--costs", required=True, nargs="+",
+                    help="costs files of `hpcio.simulate bench` (several: their envelope)")
     ap.add_argument("--pin", type=check_keys, default=None,
                     help="only these figures of --costs (default: all)")
     ap.add_argument("--from", dest="runs", nargs="+",
@@ -54,8 +55,8 @@ def main(argv=None):
     ap.add_argument("--tolerance-ms", type=float, default=1.0)
     a = ap.parse_args(argv)
     ws, plat = workloads(a.runs), load_platform(a.platform)
-    costs = pinned(load_costs(a.costs), a.pin)
-    for title, c in (("fitted from stall", None), (f"with {a.costs}", costs)):
+    costs = pinned(merge_costs([load_costs(c) for c in a.costs]), a.pin)
+    for title, c in (("fitted from stall", None), (f"with {' + '.join(a.costs)}", costs)):
         t0, l0 = time.perf_counter(), loadavg()
         held, top = held_out(ws, plat, a.tolerance_ms * 1e-3, None, c)
         if held is None:

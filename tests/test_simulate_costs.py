@@ -192,3 +192,18 @@ def test_pin_without_costs_and_a_bad_costs_file_are_one_line(tmp_path):
     bad.write_text("hpcio_costs: 1\nstorage: {latency_us: {median: 1, min: 2, max: 3}}\n")
     with pytest.raises(HpcioError, match="storage.latency_us: min <= median <= max"):
         main(["calibrate", run, "--platform", TESTBED, "--costs", str(bad)])
+
+
+def test_several_bench_runs_are_their_envelope(tmp_path):
+    """Bench runs at different times (the node's other work changes): each figure's spread
+    the envelope of theirs, its median the median of theirs."""
+    from hpcio.simulate.measured import merge_costs
+    a, b = _costs(), _costs()
+    b["readers"]["naive"]["cpu_ms_per_mib"] = figure([2.0, 3.0, 2.5])
+    del b["storage"]
+    for name, c in (("a", a), ("b", b)):
+        write_costs(tmp_path / name, c)
+    got = merge_costs([load_costs(tmp_path / "a"), load_costs(tmp_path / "b")])
+    assert got["readers"]["naive"]["cpu_ms_per_mib"] == {"median": 1.75, "min": 0.5,
+                                                          "max": 3.0}
+    assert got["storage"]["latency_us"]["median"] == 1000.0      # from the one that has it

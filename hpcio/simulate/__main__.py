@@ -12,7 +12,7 @@ from ..outputs import claim_dir, claim_file
 from ..plan import SHUFFLES
 from .calibrate import TOLERANCE_S, calibrate, check_tolerance
 from .calibration import is_calibration, write_calibration
-from .measured import check_keys, load_costs, pinned
+from .measured import check_keys, load_costs, merge_costs, pinned
 from .engine import AGGREGATE_ABOVE
 from .platform import load_platform, platform_dict
 from .bench import add_parser as add_bench
@@ -82,7 +82,7 @@ def _costs(args):
         if args.pin is not None:
             raise HpcioError("--pin: give the measured costs with --costs FILE")
         return None
-    return pinned(load_costs(args.costs), args.pin)
+    return pinned(merge_costs([load_costs(c) for c in args.costs]), args.pin)
 
 
 def sources_line(fit):
@@ -93,9 +93,10 @@ def sources_line(fit):
 
 
 def _add_costs(p):
-    p.add_argument("--costs", metavar="COSTS.yaml",
-                   help="measured costs (`bench -o`): each replaces its grid axis by its "
-                        "spread (CPU per MiB, latency) or raises a floor (CPU per sample)")
+    p.add_argument("--costs", metavar="COSTS.yaml", action="append",
+                   help="measured costs (`bench -o`; again for several bench runs: their "
+                        "envelope): each replaces its grid axis by its spread (CPU per MiB, "
+                        "latency, quantum)")
     p.add_argument("--pin", type=check_keys, default=None, metavar="KEY[,KEY]",
                    help="take only these figures of --costs (cpu_ms_per_mib, latency_us, "
                         "cpu_us_per_sample; default: all it holds)")
@@ -116,6 +117,9 @@ def _fitted(args, platform, ws):
     """(fit, its line, the held-out check or None): fitted to the runs, or the readers'
     costs from ``--readers`` on the platform as described; the validation printed."""
     if args.reader_costs:
+        if args.costs:
+            raise HpcioError("--costs with --reader-costs: nothing is calibrated here (give "
+                             "--costs to the calibrate that wrote the reader costs)")
         fit, where = fit_from_calibration(platform, args.reader_costs)
         missing = sorted({w.label for w in ws} - set(fit.params))
         if missing:

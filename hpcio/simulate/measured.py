@@ -15,7 +15,7 @@ from ..errors import HpcioError
 from ..fsutil import atomic_write
 
 __all__ = ["FORMAT", "READER_FIGURES", "PLATFORM_FIGURES", "figure", "write_costs", "load_costs",
-           "pinned", "check_costs", "check_keys"]
+           "pinned", "check_costs", "check_keys", "merge_costs"]
 
 FORMAT = 1
 #: per reader: key -> (what calibration pins with it, seconds per unit of the key)
@@ -102,6 +102,30 @@ def load_costs(path):
         raise HpcioError(f"{path}: cannot read the measured costs: "
                          f"{getattr(e, 'strerror', None) or str(e).splitlines()[0]}")
     return check_costs(d, path)
+
+
+def merge_costs(each):
+    """Several checked costs files (bench runs at different times) as one: each figure's
+    spread the envelope of theirs (least min, greatest max), its median the median of
+    theirs, so a calibration spans what the node measured at every one of them."""
+    if len(each) == 1:
+        return each[0]
+
+    def merged(figs):
+        meds = sorted(f["median"] for f in figs)
+        n = len(meds)
+        return {"median": meds[n // 2] if n % 2 else (meds[n // 2 - 1] + meds[n // 2]) / 2,
+                "min": min(f["min"] for f in figs), "max": max(f["max"] for f in figs)}
+    out = {"readers": {}}
+    for r in {r for c in each for r in c["readers"]}:
+        keys = {k for c in each for k in c["readers"].get(r, {})}
+        out["readers"][r] = {k: merged([c["readers"][r][k] for c in each
+                                        if k in c["readers"].get(r, {})]) for k in keys}
+    for sec in PLATFORM_FIGURES:
+        keys = {k for c in each for k in c.get(sec, {})}
+        out[sec] = {k: merged([c[sec][k] for c in each if k in c.get(sec, {})])
+                    for k in keys}
+    return out
 
 
 def _axis(fig, unit):
