@@ -98,8 +98,9 @@ def _add_costs(p):
                         "envelope): each replaces its grid axis by its spread (CPU per MiB, "
                         "latency, quantum)")
     p.add_argument("--pin", type=check_keys, default=None, metavar="KEY[,KEY]",
-                   help="take only these figures of --costs (cpu_ms_per_mib, latency_us, "
-                        "cpu_us_per_sample; default: all it holds)")
+                   help="take only these figures of --costs (cpu_us_per_sample, "
+                        "cpu_ms_per_mib, outside_cpu_ms_per_mib, latency_us, "
+                        "run_queue_quantum_ms; default: all it holds)")
 
 
 def _variant(text):

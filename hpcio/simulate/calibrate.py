@@ -17,6 +17,11 @@ runs by no more than ``tolerance_s`` beyond the best's (the root mean square ove
 reader's runs of stall/step max-rank simulated minus measured, in seconds): the
 near-equal fits, whose spread a prediction carries (:mod:`.predict`). The runs cannot tell
 them apart, so a prediction that differs between them is only as sure as that spread.
+
+What the node measured (``calibrate --costs``: :mod:`.bench`, :mod:`.measured`) is not
+searched blind: a measured figure's min, median and max replace its axis (the CPU per MiB,
+the latency, the run queue's quantum), so the near-equal fits span only what measurement
+leaves open.
 """
 
 import math
