@@ -42,7 +42,8 @@ def test_costs_file_round_trip(tmp_path):
     write_costs(path, _costs())
     got = load_costs(path)
     assert got["readers"]["naive"]["cpu_ms_per_mib"] == {"median": 1.0, "min": 0.5,
-                                                          "max": 1.5}
+                                                          "max": 1.5,
+                                                          "repeats": [1.5, 0.5, 1.0]}
     assert got["storage"]["latency_us"]["median"] == 1000.0
     readers, storage = pinned(got)
     assert readers["naive"]["cpu_s_per_byte"] == pytest.approx(
@@ -63,6 +64,7 @@ def test_costs_file_round_trip(tmp_path):
     (lambda d: d.pop("hpcio_costs"), "hpcio_costs: not a measured-costs file"),
     (lambda d: d.update(readers={}, storage={}, node={}), "no measured figure"),
     (lambda d: d["node"]["run_queue_quantum_ms"].update(max=-1), "node.run_queue_quantum_ms.max"),
+    (lambda d: d["storage"]["latency_us"].update(repeats=["x"]), "storage.latency_us.repeats"),
 ])
 def test_bad_costs_file_is_one_line_naming_the_key(tmp_path, edit, key):
     path = tmp_path / "costs.yaml"
@@ -204,6 +206,10 @@ def test_several_bench_runs_are_their_envelope(tmp_path):
     for name, c in (("a", a), ("b", b)):
         write_costs(tmp_path / name, c)
     got = merge_costs([load_costs(tmp_path / "a"), load_costs(tmp_path / "b")])
-    assert got["readers"]["naive"]["cpu_ms_per_mib"] == {"median": 1.75, "min": 0.5,
-                                                          "max": 3.0}
+    assert got["readers"]["naive"]["cpu_ms_per_mib"] == {
+        "median": 1.75, "min": 0.5, "max": 3.0, "repeats": [1.5, 0.5, 1.0, 2.0, 3.0, 2.5]}
     assert got["storage"]["latency_us"]["median"] == 1000.0      # from the one that has it
+    # six repeats pooled: the axis is their quartiles, not min, median and max alone
+    readers, _ = pinned(got)
+    assert readers["naive"]["cpu_s_per_byte"] == pytest.approx(
+        [v * 1e-3 / MIB for v in (0.5, 1.125, 1.75, 2.375, 3.0)])

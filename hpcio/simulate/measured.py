@@ -3,12 +3,14 @@ that a prediction hangs on, each figure with its definition and its spread over 
 written and read back here only, so ``calibrate --costs`` takes what ``bench`` wrote.
 
 A figure is ``{median, min, max, repeats: [...]}``; its unit is in its key (``_us``,
-``_ms_per_mib``). Calibration replaces a grid axis by a figure's min, median and max, so the
+``_ms_per_mib``). Calibration replaces a grid axis by a figure's min, median and max (the
+quartiles of its repeats, where several bench runs pooled give at least five), so the
 near-equal fits span only what measurement leaves open (:func:`pinned`).
 """
 
 import math
 
+import numpy as np
 import yaml
 
 from ..errors import HpcioError
@@ -28,6 +30,8 @@ PLATFORM_FIGURES = {"storage": {"latency_us": ("latency_s", 1e-6)},
                     "node": {"run_queue_quantum_ms": ("cpu_quantum_s", 1e-3)}}
 #: every figure: median, min, max (and the repeats they summarise)
 PARTS = ("median", "min", "max")
+#: repeats from which an axis takes the quartiles rather than min, median, max
+QUARTILES_FROM = 5
 
 
 def figure(values, nd=3):
@@ -55,14 +59,22 @@ def _figure_ok(path, key, v):
     got = {}
     for p in PARTS:
         x = v.get(p)
-        if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) \
-                or x < 0:
+        if not _number(x):
             raise HpcioError(f"{path}: {key}.{p}: not a number >= 0 ({x!r})")
         got[p] = float(x)
     if not got["min"] <= got["median"] <= got["max"]:
         raise HpcioError(f"{path}: {key}: min <= median <= max does not hold "
                          f"({got['min']:g}, {got['median']:g}, {got['max']:g})")
+    reps = v.get("repeats") or []
+    if not isinstance(reps, list) or not all(x is None or _number(x) for x in reps):
+        raise HpcioError(f"{path}: {key}.repeats: not a list of numbers >= 0 (or null)")
+    got["repeats"] = [float(x) for x in reps if x is not None]
     return got
+
+
+def _number(x):
+    return not isinstance(x, bool) and isinstance(x, (int, float)) and math.isfinite(x) \
+        and x >= 0
 
 
 def check_costs(d, path="costs"):
@@ -115,7 +127,8 @@ def merge_costs(each):
         meds = sorted(f["median"] for f in figs)
         n = len(meds)
         return {"median": meds[n // 2] if n % 2 else (meds[n // 2 - 1] + meds[n // 2]) / 2,
-                "min": min(f["min"] for f in figs), "max": max(f["max"] for f in figs)}
+                "min": min(f["min"] for f in figs), "max": max(f["max"] for f in figs),
+                "repeats": [x for f in figs for x in f.get("repeats", [])]}
     out = {"readers": {}}
     for r in {r for c in each for r in c["readers"]}:
         keys = {k for c in each for k in c["readers"].get(r, {})}
@@ -129,14 +142,20 @@ def merge_costs(each):
 
 
 def _axis(fig, unit):
+    """A figure as a grid axis: the quartiles of its repeats (min, 25%, median, 75%, max:
+    several bench runs pooled) where it has at least :data:`QUARTILES_FROM`, else its min,
+    median and max."""
+    reps = fig.get("repeats") or []
+    if len(reps) >= QUARTILES_FROM:
+        return sorted({float(v) * unit for v in np.percentile(reps, [0, 25, 50, 75, 100])})
     return sorted({fig[p] * unit for p in PARTS})
 
 
 def pinned(costs, keys=None):
     """What calibration takes from measured ``costs`` (only the figures named in ``keys``,
     e.g. ``cpu_ms_per_mib``, ``latency_us``; None: all): ({reader: {param: values}},
-    {platform attribute: values}), each axis the figure's min, median and max in seconds
-    (per sample, per byte, per request, per quantum)."""
+    {platform attribute: values}), each axis in seconds (per sample, per byte, per request,
+    per quantum) as :func:`_axis` makes it."""
     use = (lambda k: True) if keys is None else (lambda k: k in keys)
     readers = {r: {READER_FIGURES[k][0]: _axis(f, READER_FIGURES[k][1])
                    for k, f in figs.items() if use(k)}
