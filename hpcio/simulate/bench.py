@@ -3,30 +3,37 @@ calibration pins it instead of fitting it from stall (``calibrate --costs``).
 
 Per reader (one rank, the trainer's emulated data path: the reader's epoch through the
 read-only loader, records checked as ``hpcio.train`` checks them), an epoch cold (every file
-evicted, drop_caches where allowed) and the same epoch again hot (every page resident):
+evicted, and its copies on the testbed's bricks; drop_caches with ``--drop-caches``) and the
+same epoch again hot (every page resident):
 
 * ``cpu_us_per_sample``: the rank's process CPU (user + system, all threads) per record, hot:
   what a sample costs when no byte comes from the storage;
-* ``cpu_ms_per_mib``: the node's CPU of the cold epoch less the hot one's, per MiB the
-  storage sent (the files' pages resident after the cold epoch, by mincore): the rank's,
-  the file-system client's (the processes serving the mount, e.g. GlusterFS's FUSE
-  daemon) and the storage servers' where they run on this node (``--servers``; the
-  single-machine testbed's bricks share its cores). Its parts are kept beside it.
+* ``cpu_ms_per_mib``: the CPU of the cold epoch less the hot one's, per MiB the storage sent
+  (the files' pages resident after the cold epoch, by mincore): the rank's, the file-system
+  client's (the processes serving the mount, e.g. GlusterFS's FUSE daemon) and the storage
+  servers' where they run on this node (``--servers``; the single-machine testbed's bricks
+  share its cores); its parts beside it, and ``outside_cpu_ms_per_mib`` (client and
+  servers: what a run's own process CPU leaves out). A reader whose reads leave no page
+  cached (``O_DIRECT``) reads the storage hot as cold: its CPU is not split (None).
 
 The storage, by cold ``pread`` of ``--probe-records`` records, the page cache emptied before
 each set: small (4 KiB at each record's start) and large (each record whole):
 
 * ``latency_us``: the median wall time of a small cold pread (one request to the storage);
-* ``request_cpu_us`` and ``cpu_ms_per_mib_raw``: the node's CPU (as above) per request and
-  per MiB, solved from the two sets (small and large records cost alike per request).
+* ``request_cpu_us`` and ``cpu_ms_per_mib_raw``: the CPU (as above) per request and per MiB,
+  solved from the two sets (small and large records cost alike per request).
 
-And ``barrier_ms_per_step`` per rank count, the median of ``--runs``' ``barrier_s_per_step``
-(the last rank's wait at a step's barrier), where runs measured it.
+The node: ``run_queue_quantum_ms``, the longest a CPU-bound process holds a core when the
+cores are oversubscribed (:func:`run_queue_quantum`). And ``barrier_ms_per_step`` per rank
+count, the median of ``--runs``' ``barrier_s_per_step`` (the last rank's wait at a step's
+barrier), where runs measured it.
 
 Every figure is measured ``--repeat`` times, interleaved (readers, then the probes, again for
-every repeat), and written as median, min, max and the repeats. Other work on the machine
-does not enter the CPU figures (they count the processes named above, not the node), but
-it stretches the latency: the 1-minute load average is recorded before and after.
+every repeat), and written as median, min, max and the repeats. Other work through the
+same client or servers (a shared testbed) is kept out (:meth:`Meter.measured`: quiet
+windows around each measurement, their rate subtracted, a disturbed one done again); other
+work on the node stretches the latency: the 1-minute load average is recorded before and
+after.
 """
 
 import glob
@@ -460,7 +467,7 @@ def _is_costs(path):
     try:
         with open(path) as f:
             return isinstance((d := yaml.safe_load(f)), dict) and "hpcio_costs" in d
-    except Exception:
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return False
 
 
