@@ -112,6 +112,7 @@ def test_no_private_name_across_modules(top):
 DEFERRED = {
     "hpcio/analyze.py": {"hpcio.explain.report"},
     "hpcio/bench.py": {"mpi4py"},
+    "hpcio/simulate/bench.py": {"mpi4py"},
     "hpcio/cli.py": {"hpcio.readers", "hpcio.plan"},
     "hpcio/datagen/command.py": {"mpi4py"},
     "hpcio/datagen/write.py": {"mpi4py"},

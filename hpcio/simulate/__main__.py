@@ -13,8 +13,10 @@ from ..plan import SHUFFLES
 from .calibrate import TOLERANCE_S, calibrate, check_tolerance
 from .calibration import is_calibration, write_calibration
 from .ckpt_command import add_parser as add_checkpoint
+from .measured import check_keys, load_costs, merge_costs, pinned
 from .engine import AGGREGATE_ABOVE
 from .platform import load_platform, platform_dict
+from .bench import add_parser as add_bench
 from .published import add_parser as add_published
 from .predict import (WIDE, check_scale, fit_from_calibration, fit_line, held_out, near_line,
                       simulate_all, simulate_points, spread, templates, workloads)
@@ -62,15 +64,44 @@ def _calibrate(args):
     if args.output:
         claim_file(args.output, "-o", is_calibration, args.force)
     platform = load_platform(args.platform)
-    fit = calibrate(workloads(args.runs), platform, args.tolerance, "calibrate")
+    fit = calibrate(workloads(args.runs), platform, args.tolerance, "calibrate", _costs(args))
     print(fit_line(fit))
+    print(sources_line(fit))
     print(near_line(fit))
     _print_rows("residual per run (stall err relative, floor 1 ms; AU in points):",
                 fit.residuals)
     if args.output:
-        write_calibration(args.output, fit, args.runs)
+        write_calibration(args.output, fit, args.runs, args.costs)
         print(f"wrote {args.output}")
     return 0
+
+
+def _costs(args):
+    """The measured costs ``--costs`` names (only ``--pin``'s figures), as calibrate takes
+    them; None without ``--costs``."""
+    if not args.costs:
+        if args.pin is not None:
+            raise HpcioError("--pin: give the measured costs with --costs FILE")
+        return None
+    return pinned(merge_costs([load_costs(c) for c in args.costs]), args.pin)
+
+
+def sources_line(fit):
+    """Which costs were measured (pinned) and which fitted, in one line."""
+    s = fit.sources
+    return (f"measured: {'; '.join(s.get('measured') or []) or 'nothing (no --costs)'}; "
+            f"fitted: {', '.join(s.get('fitted') or [])}")
+
+
+def _add_costs(p):
+    p.add_argument("--costs", metavar="COSTS.yaml", action="append",
+                   help="measured costs (`bench -o`; again for several bench runs: their "
+                        "envelope): each replaces its grid axis by its spread (CPU per MiB, "
+                        "latency, quantum)")
+    p.add_argument("--pin", type=check_keys, default=None, metavar="KEY[,KEY]",
+                   help="take only these figures of --costs (cpu_us_per_sample, "
+                        "cpu_ms_per_mib, outside_cpu_ms_per_mib, latency_us, "
+                        "run_queue_quantum_ms; default: all it holds)")
 
 
 def _variant(text):
@@ -88,6 +119,9 @@ def _fitted(args, platform, ws):
     """(fit, its line, the held-out check or None): fitted to the runs, or the readers'
     costs from ``--readers`` on the platform as described; the validation printed."""
     if args.reader_costs:
+        if args.costs:
+            raise HpcioError("--costs with --reader-costs: nothing is calibrated here (give "
+                             "--costs to the calibrate that wrote the reader costs)")
         fit, where = fit_from_calibration(platform, args.reader_costs)
         missing = sorted({w.label for w in ws} - set(fit.params))
         if missing:
@@ -99,12 +133,14 @@ def _fitted(args, platform, ws):
         print(near_line(fit))
         print("validation: none on this platform; the predictions below are unvalidated")
         return fit, fit_text, None
-    fit = calibrate(ws, platform, args.tolerance, "predict: calibrate")
+    costs = _costs(args)
+    fit = calibrate(ws, platform, args.tolerance, "predict: calibrate", costs)
     fit_text = fit_line(fit)
     print(fit_text)
+    print(sources_line(fit))
     print(near_line(fit))
     _print_rows("validation, measured points simulated back:", fit.residuals)
-    held, top = held_out(ws, platform, args.tolerance, "predict: validate")
+    held, top = held_out(ws, platform, args.tolerance, "predict: validate", costs)
     if held is None:
         print(f"validation, held out: not possible (one rank count, {top}); the predictions "
               f"below are unvalidated")
@@ -201,6 +237,7 @@ def build_parser():
     c.add_argument("--tolerance", type=_tolerance, default=f"{TOLERANCE_S * 1e3:g}",
                    metavar="MS", help="keep every fit whose stall/step RMS over a reader's "
                    "runs is within MS ms of the best's; predictions carry their range")
+    _add_costs(c)
     c.add_argument("-o", "--output", help="write the fitted platform YAML here")
     c.add_argument("--force", action="store_true",
                    help="replace an existing -o file that is not an earlier calibration")
@@ -227,6 +264,7 @@ def build_parser():
     p.add_argument("--tolerance", type=_tolerance, default=f"{TOLERANCE_S * 1e3:g}",
                    metavar="MS", help="keep every fit whose stall/step RMS over a reader's "
                    "runs is within MS ms of the best's; predictions carry their range")
+    _add_costs(p)
     p.add_argument("--au-threshold", type=au_percent, default=90.0, metavar="PERCENT",
                    help="AU the accelerators-supported count keeps (MLPerf Storage: 90 for "
                         "resnet50 and unet3d, 70 for cosmoflow)")
@@ -240,6 +278,7 @@ def build_parser():
     p.set_defaults(func=_predict)
     add_published(sub)
     add_checkpoint(sub)
+    add_bench(sub)
     return ap
 
 

@@ -17,6 +17,11 @@ runs by no more than ``tolerance_s`` beyond the best's (the root mean square ove
 reader's runs of stall/step max-rank simulated minus measured, in seconds): the
 near-equal fits, whose spread a prediction carries (:mod:`.predict`). The runs cannot tell
 them apart, so a prediction that differs between them is only as sure as that spread.
+
+What the node measured (``calibrate --costs``: :mod:`.bench`, :mod:`.measured`) is not
+searched blind: a measured figure's min, median and max replace its axis (the CPU per MiB,
+the latency, the run queue's quantum), so the near-equal fits span only what measurement
+leaves open.
 """
 
 import math
@@ -61,6 +66,8 @@ class Fit:
     # reader -> the near-equal fits, the best first: [{"platform", "params", "rms_s"}]
     near: Dict[str, list] = field(default_factory=dict)
     tolerance_s: float = TOLERANCE_S
+    # what measurement pinned and what the grids fitted, in words
+    sources: Dict[str, list] = field(default_factory=dict)
 
 
 def simulated_figures(case, out):
@@ -270,11 +277,85 @@ def _near(cases, figs, best, tolerance_s):
     return out
 
 
-def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None):
+def _spread(workloads, r):
+    """The min, median and max over reader ``r``'s runs of their measured process CPU per
+    sample."""
+    v = sorted(w.cpu_s_per_sample for w in workloads
+               if w.label == r and math.isfinite(w.cpu_s_per_sample))
+    return sorted({v[0], float(np.median(v)), v[-1]})
+
+
+def _axes(workloads, platform, costs):
+    """The grid axes a calibration searches: (latencies, run-queue quanta, {reader: its CPU
+    per sample {values, pinned, floor}}, {reader: per-byte values or None}, what was
+    measured, what fitted). A measured figure (``costs``: :func:`.measured.pinned`'s pair)
+    replaces its axis by its min, median and max. Where the runs measured their process
+    CPU, the CPU per MiB is the one outside the rank's process, and then the node's CPU is
+    all measured: the CPU per sample is pinned too, to the spread of the runs' process CPU.
+    Otherwise that process CPU (and the bench's hot data path) is the floor of a fitted
+    CPU per sample."""
+    readers, plat = costs or ({}, {})
+    floor = measured_cpu(workloads)
+    measured, fitted = [], []
+    lat, quanta = plat.get("latency_s"), plat.get("cpu_quantum_s")
+    if lat:
+        measured.append(f"latency {lat[0] * 1e6:.0f}-{lat[-1] * 1e6:.0f} us/request")
+    else:
+        lat = [platform.latency_s * lx for lx in LATENCY_X]
+        fitted.append("latency")
+    if quanta:
+        measured.append(f"run queue quantum {quanta[0] * 1e3:.2f}-{quanta[-1] * 1e3:.2f} ms")
+    else:
+        quanta = list(QUANTA)
+        fitted.append("run queue quantum")
+    fitted += ["server bandwidth", "client requests at once"]
+    cpu, per_byte = {}, {}
+    for r in sorted({w.label for w in workloads}):
+        pin = readers.get(r, {})
+        outside = r in floor and "cpu_s_per_byte_outside" in pin
+        per_byte[r] = pin.get("cpu_s_per_byte_outside" if outside else "cpu_s_per_byte")
+        if outside:
+            v = _spread(workloads, r)
+            cpu[r] = {"values": v, "pinned": True, "floor": v[0]}
+            measured.append(f"{r} CPU per sample {v[0] * 1e6:.0f}-{v[-1] * 1e6:.0f} us (the "
+                            f"runs' process CPU)")
+        else:
+            f = max(floor.get(r, 0.0), pin["cpu_s"][0] if "cpu_s" in pin else 0.0)
+            cpu[r] = {"values": cpu_grid(f), "pinned": False, "floor": f}
+            fitted.append(f"{r} CPU per sample (>= {f * 1e6:.0f} us)")
+        if per_byte[r]:
+            b = [v * 1e3 * 2 ** 20 for v in per_byte[r]]
+            measured.append(f"{r} CPU {b[0]:.2f}-{b[-1]:.2f} ms/MiB"
+                            + (" outside the rank" if outside else ""))
+        else:
+            fitted.append(f"{r} CPU per MiB")
+    return lat, quanta, cpu, per_byte, measured, fitted
+
+
+def _split(best, cpu, per_byte):
+    """Per reader, the (CPU per sample, per byte) pairs of the second grid: every measured
+    pair where both are measured; else the first grid's best CPU per sample split with a
+    cost per byte (the measured values where measured, the blind grid otherwise)."""
+    out = {}
+    for r, (c, _) in best.items():
+        ax, f = cpu[r], cpu[r]["floor"]
+        if ax["pinned"] and per_byte[r]:
+            out[r] = sorted({(s, b) for s in ax["values"] for b in per_byte[r]})
+        elif per_byte[r]:
+            out[r] = sorted({(max(c * k, f), b) for k in SAMPLE_SHARE + (1.25,)
+                             for b in per_byte[r]})
+        else:
+            out[r] = sorted({(max(c * k, f), b) for k in SAMPLE_SHARE for b in BYTE_CPU})
+    return out
+
+
+def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None, costs=None):
     """Fit latency, bandwidth, the node client's requests at once, the node's run queue, each
     reader's CPU per sample and per byte, and the naive window on ``workloads``; a
     :class:`Fit` with the residual of every run, and per reader the fits within
-    ``tolerance_s`` (seconds of stall RMS) of the best (``label``: progress lines under it)."""
+    ``tolerance_s`` (seconds of stall RMS) of the best (``label``: progress lines under it).
+    ``costs`` (:func:`.measured.pinned`'s pair): measured figures that replace their grid
+    axes (``Fit.sources`` says which were measured and which fitted)."""
     tolerance_s = check_tolerance(tolerance_s)
     if not workloads:
         raise HpcioError("nothing to calibrate on")
@@ -286,35 +367,39 @@ def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None):
     window = {r: fit_window([w for w in workloads if w.label == r], platform)
               if kinds[r] == "demand" else None for r in kinds}
     platform = fit_barrier(workloads, fit_exchange(workloads, platform))
-    floor = measured_cpu(workloads)
+    lat, quanta, cpu_axis, per_byte, measured, fitted = _axes(workloads, platform, costs)
+    mid = {r: (v[len(v) // 2] if v else 0.0) for r, v in per_byte.items()}
 
-    # the storage, each reader with its best CPU per sample
-    cases = [Case(platform.with_storage(platform.latency_s * lx, platform.server_bps * bx,
-                                        client_threads=ct), w,
-                  {"cpu_s": cpu, "window": window[w.label], "cpu_s_per_byte": 0.0})
-             for lx in LATENCY_X for bx in BANDWIDTH_X for ct in CLIENTS
-             for w in workloads for cpu in cpu_grid(floor.get(w.label, 0.0))]
+    # the storage, each reader with its best CPU per sample (and its measured CPU per byte;
+    # the run queue as measured, where it was, so no near-equal fit has one measurement
+    # rules out)
+    q0 = quanta[len(quanta) // 2] if "cpu_quantum_s" in (costs or ({}, {}))[1] else None
+    cases = [Case(platform.with_storage(lt, platform.server_bps * bx, client_threads=ct,
+                                        cpu_quantum_s=q0), w,
+                  {"cpu_s": cpu, "window": window[w.label], "cpu_s_per_byte": mid[w.label]})
+             for lt in lat for bx in BANDWIDTH_X for ct in CLIENTS
+             for w in workloads for cpu in cpu_axis[w.label]["values"]]
     first = run_cases(cases, label and f"{label}, storage")
-    storage, cpu = _best(cases, first, lambda c: c.platform, lambda c: c.params["cpu_s"])
+    costs_of = lambda c: (c.params["cpu_s"], c.params["cpu_s_per_byte"])  # noqa: E731
+    storage, cpu = _best(cases, first, lambda c: c.platform, costs_of)
     grid, grid_figs = cases, first
     # then the node's run queue on that storage, each reader's CPU split between a cost per
     # sample (paid on a cache hit too) and one per byte the storage sends (its file-system
     # client's and the kernel's work, not paid on a hit): runs whose later steps hit the
-    # node's cache tell the two apart
-    split = {r: sorted({(max(c * k, floor.get(r, 0.0)), b) for k in SAMPLE_SHARE
-                        for b in BYTE_CPU}) for r, c in cpu.items()}
+    # node's cache tell the two apart, a measured cost per byte pins it
+    split = _split(cpu, cpu_axis, per_byte)
     cases = [Case(storage.with_storage(storage.latency_s, storage.server_bps,
                                        cpu_quantum_s=q), w,
                   {"cpu_s": s, "window": window[w.label], "cpu_s_per_byte": b})
-             for q in QUANTA for w in workloads for s, b in split[w.label]]
+             for q in quanta for w in workloads for s, b in split[w.label]]
     figs = run_cases(cases, label and f"{label}, run queue and CPU split")
-    costs = lambda c: (c.params["cpu_s"], c.params["cpu_s_per_byte"])  # noqa: E731
-    fitted, split = _best(cases, figs, lambda c: c.platform, costs)
-    fit = Fit(fitted, {r: {"cpu_s": split[r][0], "window": window[r],
-                           "cpu_s_per_byte": split[r][1]} for r in cpu})
+    fitted_platform, split = _best(cases, figs, lambda c: c.platform, costs_of)
+    fit = Fit(fitted_platform, {r: {"cpu_s": split[r][0], "window": window[r],
+                                    "cpu_s_per_byte": split[r][1]} for r in cpu})
+    fit.sources = {"measured": measured, "fitted": fitted}
     for case, f in zip(cases, figs):
         w = case.workload
-        if case.platform == fitted and costs(case) == split[w.label]:
+        if case.platform == fitted_platform and costs_of(case) == split[w.label]:
             fit.simulated[w.name] = (case, f)
             fit.residuals.append({"run": w.name, "reader": w.case, "ranks": w.ranks,
                                   "measured_stall_s": w.measured["stall_max_s"],
@@ -322,7 +407,7 @@ def calibrate(workloads, platform, tolerance_s=TOLERANCE_S, label=None):
                                   "measured_au_percent": w.measured["au_pct"],
                                   "simulated_au_percent": f["au_pct"],
                                   **errors_of(f, w.measured)})
-    best = {r: (fitted, fit.params[r]) for r in cpu}
+    best = {r: (fitted_platform, fit.params[r]) for r in cpu}
     fit.near = _near(grid + cases, grid_figs + figs, best, tolerance_s)
     fit.tolerance_s = tolerance_s
     return fit

@@ -13,13 +13,17 @@ from .platform import platform_dict
 __all__ = ["write_calibration", "load_readers", "is_calibration"]
 
 
-def write_calibration(path, fit, runs):
+def write_calibration(path, fit, runs, costs_file=None):
     """The fit as a platform YAML with ``readers`` (each one's costs) and
-    ``calibrated_on`` (the run directories), atomically."""
+    ``calibrated_on`` (the run directories), atomically; with ``costs_file`` (``--costs``'s,
+    a list), which costs it measured and which the grids fitted (``costs``)."""
+    more = {}
+    if costs_file:
+        more["costs"] = {"files": [os.path.abspath(c) for c in costs_file], **fit.sources}
     d = platform_dict(fit.platform, readers={
         r: dict(_costs(v), near=_near_costs(fit.near.get(r) or [], v))
         for r, v in fit.params.items()}, calibrated_on=[os.path.abspath(d) for d in runs],
-        tolerance_ms=fit.tolerance_s * 1e3)
+        tolerance_ms=fit.tolerance_s * 1e3, **more)
     data = yaml.safe_dump(d, sort_keys=False).encode()
     atomic_write(path, lambda f: f.write(data))
 

@@ -101,7 +101,7 @@ def near_line(fit):
             f"best's): " + ("; ".join(parts) or "none kept"))
 
 
-def held_out(ws, platform, tolerance_s=TOLERANCE_S, label=None):
+def held_out(ws, platform, tolerance_s=TOLERANCE_S, label=None, costs=None):
     """Calibrate on every rank count but the largest, predict the largest: the validation
     that says what a prediction past the runs is worth, with the range of the near-equal
     fits and whether each measurement fell inside it. (None with one rank count, the
@@ -110,7 +110,7 @@ def held_out(ws, platform, tolerance_s=TOLERANCE_S, label=None):
     train = [w for w in ws if w.ranks < top]
     if not train or {w.case for w in train} != {w.case for w in ws}:
         return None, top
-    fit = calibrate(train, platform, tolerance_s, label and f"{label}, held out")
+    fit = calibrate(train, platform, tolerance_s, label and f"{label}, held out", costs)
     held = [w for w in ws if w.ranks == top]
     cases, owner = [], []
     for i, w in enumerate(held):
