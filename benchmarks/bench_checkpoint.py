@@ -18,11 +18,8 @@ the disk's sequential write (target: >= 0.8), with the 1-minute load average bef
 after each run (this machine's 2 cores are shared: a loaded machine makes every figure
 noisy). Checkpoints are removed after each run.
 
-DLIO's own checkpoint benchmark is not run beside it: DLIO 2.0.0 (the release installable
-from PyPI) sizes checkpoints from hand-given ``layer_parameters`` and
-``optimization_groups`` and writes them only from a training loop; the llama3 transformer
-layouts (``model.transformer``, ``num_checkpoints_write``) and the restore (``load_checkpoint``)
-came after it.
+DLIO 2.0's own checkpoints beside hpcio's writers, on the same bytes per rank:
+``benchmarks/bench_checkpoint_dlio.py``.
 """
 
 import argparse
