@@ -219,19 +219,31 @@ class Coordinated(_Writer):
         self.used_hints = None
         self._comms = {}
 
-    def _comm(self, g, phase="write"):
-        """The ranks that open file ``g`` to write it, or to read it (with a rank shift,
-        others than wrote it): one split each, kept for the job."""
-        if (g, phase) not in self._comms:
-            self._comms[(g, phase)] = self.job.comm.Split(g, self.job.rank)
-        return self._comms[(g, phase)]
+    def _comm(self, g, phase="write", nfiles=None):
+        """The ranks that open file ``g`` (of ``nfiles``) to write it, or to read it (with
+        a rank shift, others than wrote it): one split each, kept for the job."""
+        key = (g, phase, nfiles or self.plan.nfiles)
+        if key not in self._comms:
+            self._comms[key] = self.job.comm.Split(g, self.job.rank)
+        return self._comms[key]
 
-    def _rounds_of(self, rank):
+    def _rounds_of(self, rank, p=None):
         """The most rounds any rank of ``rank``'s file group makes (collective calls must
-        match): from the plan, so no message."""
-        g = self.plan.regions[rank][0]
-        return max(-(-sum(e[2] for e in self.plan.regions[r][2]) // self.round_bytes)
-                   for r, reg in self.plan.regions.items() if reg[0] == g)
+        match): from the plan (``p``, else the job's), so no message."""
+        p = p or self.plan
+        g = p.regions[rank][0]
+        return max(-(-sum(e[2] for e in p.regions[r][2]) // self.round_bytes)
+                   for r, reg in p.regions.items() if reg[0] == g)
+
+    def _written_plan(self, manifest):
+        """The plan a checkpoint was written with: its shared files and alignment, from its
+        manifest (a pure function of them and the layout), so a restore run with another
+        ``--files`` or ``--align`` than the write still reads each rank's region."""
+        n = sum(1 for f in manifest.get("files") or [] if f["name"].startswith("shared-"))
+        n, align = n or self.plan.nfiles, int(manifest.get("align") or self.plan.align)
+        if (n, align) == (self.plan.nfiles, self.plan.align):
+            return self.plan
+        return plan(self.job.layout, n, align)
 
     def _io(self, fh, rounds, nrounds, write):
         MPI = self.MPI
@@ -282,8 +294,9 @@ class Coordinated(_Writer):
     def load(self, directory, files, manifest):
         MPI, job = self.MPI, self.job
         target = job.target
-        g, start, entries = self.plan.regions[target]
-        comm = self._comm(g, "read")
+        p = self._written_plan(manifest)
+        g, start, entries = p.regions[target]
+        comm = self._comm(g, "read", p.nfiles)
         path = os.path.join(directory, Plan.file_name(g))
         want = next((f["bytes"] for f in manifest["files"] if f["name"] == Plan.file_name(g)),
                     None)
@@ -301,7 +314,7 @@ class Coordinated(_Writer):
                                      if size < end else ""))
             rounds = _rounds(entries, into, start, self.round_bytes)
             # a file's readers are the ranks whose target wrote it: as many, as many rounds
-            for _ in self._io(fh, rounds, self._rounds_of(target), False):
+            for _ in self._io(fh, rounds, self._rounds_of(target, p), False):
                 pass
         finally:
             fh.Close()

@@ -12,7 +12,7 @@ import sys
 import torch
 
 from hpcio.checkpoint.layout import Layout, load_model
-from hpcio.checkpoint.run import Job
+from hpcio.checkpoint.run import Job, commit, read_manifest
 from hpcio.checkpoint.state import make_state
 from hpcio.checkpoint.writers import WRITERS, Plan, make_writer
 from hpcio.errors import guard
@@ -30,7 +30,10 @@ def main():
         job = Job(world, layout, {"align": 4096, "round_bytes": 1 << 20}, None, world.rank)
         writer = make_writer(name, job)
         state = make_state(layout.files(world.rank), 7, world.rank)
-        writer.save(directory, state, layout.files(world.rank), 1)
+        where = writer.save(directory, state, layout.files(world.rank), 1)
+        gathered = world.comm.gather(where, root=0)
+        if world.rank == 0:
+            commit(directory, writer, layout, [w for ws in gathered for w in ws])
         world.comm.Barrier()
         for shift in (0, 1):
             target = (world.rank + shift) % world.size
@@ -43,9 +46,19 @@ def main():
                 assert torch.equal(got[k].view(torch.uint8), t.view(torch.uint8)), (name, k)
             if reader is not writer:
                 reader.close()
-        if name == "coordinated" and world.rank == 0:
-            size = os.path.getsize(os.path.join(directory, Plan.file_name(0)))
-            assert size == writer.plan.sizes[0], (size, writer.plan.sizes)
+        if name == "coordinated":
+            if world.rank == 0:
+                size = os.path.getsize(os.path.join(directory, Plan.file_name(0)))
+                assert size == writer.plan.sizes[0], (size, writer.plan.sizes)
+            # a restore asked with other files and alignment reads the plan it was written with
+            other = make_writer(name, Job(world, layout, {"align": 1 << 16, "files": world.size,
+                                                          "round_bytes": 1 << 20}, None,
+                                          world.rank))
+            manifest = read_manifest(directory)
+            got = other.load(directory, layout.files(world.rank), manifest)
+            for k, t in make_state(layout.files(world.rank), 7, world.rank).items():
+                assert torch.equal(got[k].view(torch.uint8), t.view(torch.uint8)), ("plan", k)
+            other.close()
         writer.close()
         world.comm.Barrier()
         if world.rank == 0:
