@@ -253,7 +253,7 @@ def test_sweep_says_train_options_go_after_the_separator(tmp_path):
 @pytest.mark.parametrize("args, says", [
     (["-m", "hpcio.bench", "--data", "D", "--model", "emulate"],
      "hpcio.bench: error: unrecognized arguments: --model emulate (--model is an option of "
-     "hpcio.train and hpcio.checkpoint and hpcio.demo, not of hpcio.bench)"),
+     "hpcio.train and hpcio.checkpoint and hpcio.simulate and hpcio.demo, not of hpcio.bench)"),
     (["-m", "hpcio", "bench", "--data", "D", "--readerz", "naive"],
      "hpcio.bench: error: unrecognized arguments: --readerz naive (did you mean --readers?)"),
     (["-m", "hpcio.datagen", "generate", "D", "--readers", "naive"],
