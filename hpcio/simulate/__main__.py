@@ -15,6 +15,7 @@ from .calibration import is_calibration, write_calibration
 from .engine import AGGREGATE_ABOVE
 from .platform import load_platform, platform_dict
 from .published import add_parser as add_published
+from .pool import beside
 from .predict import (WIDE, check_scale, fit_from_calibration, fit_line, held_out, near_line,
                       simulate_all, simulate_points, spread, templates, workloads)
 
@@ -84,8 +85,8 @@ def _variant(text):
 
 
 def _fitted(args, platform, ws):
-    """(fit, its line, the held-out check or None): fitted to the runs, or the readers'
-    costs from ``--readers`` on the platform as described; the validation printed."""
+    """(fit, its line): fitted to the runs, or the readers' costs from ``--reader-costs``
+    on the platform as described; its lines printed."""
     if args.reader_costs:
         fit, where = fit_from_calibration(platform, args.reader_costs)
         missing = sorted({w.label for w in ws} - set(fit.params))
@@ -97,20 +98,26 @@ def _fitted(args, platform, ws):
         print(fit_text)
         print(near_line(fit))
         print("validation: none on this platform; the predictions below are unvalidated")
-        return fit, fit_text, None
+        return fit, fit_text
     fit = calibrate(ws, platform, args.tolerance, "predict: calibrate")
     fit_text = fit_line(fit)
     print(fit_text)
     print(near_line(fit))
     _print_rows("validation, measured points simulated back:", fit.residuals)
-    held, top = held_out(ws, platform, args.tolerance, "predict: validate")
+    return fit, fit_text
+
+
+def _print_held(held, top):
     if held is None:
         print(f"validation, held out: not possible (one rank count, {top}); the predictions "
               f"below are unvalidated")
     else:
         _print_rows(f"validation, held out: calibrated on P in {held['calibrated_on_ranks']}, "
                     f"predicting P={top}:", held["points"])
-    return fit, fit_text, held
+
+
+def _no_check(*_):
+    return None, None
 
 
 def _between(p, key, fmt):
@@ -164,8 +171,16 @@ def _predict(args):
     ws = workloads(args.runs)
     check_scale(ws, platform, args.ranks, args.records, args.scale_out)
     first = templates(ws, args.also or [])
-    fit, fit_text, held = _fitted(args, platform, ws)
-    simulate_all(fit, first, args.ranks, args.steps, args.records, ws, "predict: points")
+    # the held-out calibration runs beside the calibration and the points (its engines
+    # take the cores as they free up), its rows printed where they were
+    check = (_no_check,) if args.reader_costs else \
+        (held_out, ws, platform, args.tolerance, "predict: validate")
+    with beside(*check) as held_job:
+        fit, fit_text = _fitted(args, platform, ws)
+        simulate_all(fit, first, args.ranks, args.steps, args.records, ws, "predict: points")
+        held, top = held_job.result()
+    if not args.reader_costs:
+        _print_held(held, top)
     points, supported = simulate_points(fit, first, args.ranks, args.steps, args.records,
                                         held is not None, args.au_threshold, ws,
                                         "predict: points")

@@ -17,10 +17,8 @@ too, beside the run's other constants).
 
 import importlib.util
 import os
-import pickle
-import selectors
 import sys
-import traceback
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -28,8 +26,10 @@ import numpy as np
 
 from ..errors import HpcioError
 from ..progress import Progress
+from . import pool
 from .actors import Ranks
 from .costs import WAKE_S
+from .pool import jobs
 from .topology import build
 
 __all__ = ["Case", "simulate", "jobs", "available", "layout", "INSTALL_HINT",
@@ -56,9 +56,18 @@ def available():
     return True, "simgrid"
 
 
-def _plan(case):
-    w = case.workload
-    return w.plans()
+def _plans(cases):
+    """Each case's plan (every rank's record ids per step); cases of one workload (the
+    fits a calibration grid or a range tries on it) share one: a plan of 2,000,000 records
+    is ~40 ms to draw. Actors only read their rows of it."""
+    memo, out = {}, []
+    for case in cases:
+        w = case.workload
+        key = (w.ranks, w.batch, w.steps, w.records, w.seed, w.shuffle, w.block, w.window)
+        if key not in memo:
+            memo[key] = w.plans()
+        out.append(memo[key])
+    return out
 
 
 def _estimate_requests(case):
@@ -107,11 +116,14 @@ def _quiet():
         os.close(devnull)
 
 
+_LOADING = threading.Lock()
+
+
 def _simgrid():
     """SimGrid's Python module (optional: Debian's python3-simgrid). Imported in the parent
     before it forks engines (loading it and its libraries once, ~30 ms of CPU each engine
     saved); the engine itself is only ever made in a child."""
-    import simgrid
+    import simgrid  # optional, and only when a case is simulated (it loads ns-3 too)
     return simgrid
 
 
@@ -123,10 +135,9 @@ def _run_cases(cases, tick=None):
         e = sg.Engine(["hpcio.simulate", "--log=root.thres:critical",
                        "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0"])
     zone = sg.NetZone.create_full_zone("world")
-    built, plans, outs = [], [], []
+    built, plans, outs = [], _plans(cases), []
     for k, case in enumerate(cases):
         built.append(build(sg, zone, k, case, *layout(case.platform, case.workload.ranks)))
-        plans.append(_plan(case))
         outs.append({"requests": 0, "bytes": 0.0,
                      "server_bytes": np.zeros(case.platform.servers),
                      "aggregated": _estimate_requests(case) > AGGREGATE_ABOVE})
@@ -143,153 +154,43 @@ def _run_cases(cases, tick=None):
     return outs
 
 
-def jobs():
-    """How many engines run at once: the CPUs this process may use (``HPCIO_SIM_JOBS``
-    overrides)."""
-    given = os.environ.get("HPCIO_SIM_JOBS", "")
-    if given.isdigit() and int(given) > 0:
-        return int(given)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        (os.cpu_count() or 1)
-
-
-def _cpus():
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-
-
-def _start(cases, cpu=None):
-    """A forked child running ``cases`` in one engine, pinned to ``cpu`` (SimGrid's actors
-    are threads handing the CPU to one another at every simulated call: on one core the
-    hand-off needs no other core woken); (pid, the pipe it answers on, the pipe it ticks
-    a byte on per simulated step)."""
-    rfd, wfd = os.pipe()
-    tr, tw = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: one SimGrid engine, then gone
-        os.close(rfd)
-        os.close(tr)
-        try:
-            if cpu is not None:
-                os.sched_setaffinity(0, {cpu})
-            _batch()
-            payload = ("ok", _run_cases(cases, lambda: os.write(tw, b".")))
-        except BaseException as e:  # carried to the parent, said there as one line
-            payload = ("error", f"{type(e).__name__}: {e}", traceback.format_exc())
-        with os.fdopen(wfd, "wb") as f:
-            pickle.dump(payload, f)
-        os._exit(0)
-    os.close(wfd)
-    os.close(tw)
-    return pid, rfd, tr
-
-
-def _batch():
-    """This process (and the threads it starts: SimGrid's actors) scheduled as SCHED_BATCH.
-
-    Each simulated call hands the core from the actor's thread to SimGrid's maestro and
-    back through semaphores whose release wakes the other thread while holding its mutex:
-    a woken thread that preempts the waker at once blocks on that mutex, so a call took
-    4.7 context switches (11 us of CPU) where 2 do (7 us, measured on a sleep_for). A batch
-    thread does not preempt on wake-up; the hand-off order is SimGrid's, so every result
-    is the same."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
-    except (AttributeError, OSError):    # not Linux, or refused: the default policy
-        pass
-
-
-def _answer(pid, data):
-    """What the child ``pid`` sent (``data``): its cases' results, or an error raised here."""
-    _, status = os.waitpid(pid, 0)
-    if not data:
-        raise HpcioError(f"the SimGrid engine died (wait status {status})")
-    payload = pickle.loads(data)
-    if payload[0] != "ok":
-        if os.environ.get("HPCIO_DEBUG"):
-            sys.stderr.write(payload[2])
-        raise HpcioError(f"the simulation failed: {payload[1]}")
-    return payload[1]
-
-
-def _pool(chunks, slots, progress):
-    """Run ``chunks`` (lists of cases), one forked engine each, at most one per slot (a
-    core, or None) at a time, a chunk started as one ends; every answer read as it comes
-    (a child never blocks on a full pipe) and every child reaped, also past a failed one
-    (no chunk is started after a failure). Their results, in order."""
-    sel = selectors.DefaultSelector()
-    todo = list(range(len(chunks)))[::-1]
-    live, results, failed = {}, [None] * len(chunks), []
-
-    def start(k, slot):
-        pid, rfd, tr = _start(chunks[k], slot)
-        live[k] = {"pid": pid, "data": bytearray(), "open": 2, "slot": slot}
-        sel.register(rfd, selectors.EVENT_READ, (k, False))
-        sel.register(tr, selectors.EVENT_READ, (k, True))
-    try:
-        for slot in slots:
-            if todo:
-                start(todo.pop(), slot)
-        while live:
-            for key, _ in sel.select():
-                k, is_tick = key.data
-                chunk = os.read(key.fd, 1 << 20)
-                if chunk:
-                    if not is_tick:
-                        live[k]["data"] += chunk
-                    elif progress is not None:
-                        progress.update(len(chunk))
-                    continue
-                sel.unregister(key.fd)
-                os.close(key.fd)
-                child = live[k]
-                child["open"] -= 1
-                if child["open"]:
-                    continue
-                del live[k]
-                try:
-                    results[k] = _answer(child["pid"], bytes(child["data"]))
-                except HpcioError as e:
-                    failed.append(e)
-                if todo and not failed:
-                    start(todo.pop(), child["slot"])
-    finally:
-        for key in list(sel.get_map().values()):
-            os.close(key.fd)
-        sel.close()
-    if failed:
-        raise failed[0]
-    return results
-
-
 #: cases per engine: an engine's cost grows faster than its cases (one solver for all their
 #: flows), and small engines dealt as cores free up balance the cores
 CHUNK = 24
+
+
+def _cost(case):
+    """A case's rough cost, to start the largest engines first: its actors' simulated
+    steps (a demand reader's loader is an actor of its own)."""
+    w = case.workload
+    group, _ = layout(case.platform, w.ranks)
+    return -(-w.ranks // group) * w.steps * (1 if w.pattern[0] == "prefetch" else 2)
 
 
 def simulate(cases, label=None):
     """Simulate ``cases``; per case a dict of per-rank, per-step ``columns``, ``requests``
     (events issued) and ``aggregated`` (bool). Cases are independent (disjoint hosts), so
     they are dealt round-robin to engines of about :data:`CHUNK` cases, each in a forked
-    child, :func:`jobs` of them at once, each on a core of its own: a calibration grid
-    takes the machine's cores, not one.
+    child on a core of its own (:mod:`.pool`, the largest first): a calibration grid takes
+    the machine's cores, not one.
     With ``label``, a progress line (simulated steps done, of all cases) on stderr."""
-    ok, why = available()
-    if not ok:
-        raise HpcioError(why)
-    if "simgrid" not in sys.modules:
-        with _quiet():
-            _simgrid()
+    with _LOADING:      # threads side by side (pool.beside): one imports, the others wait
+        ok, why = available()
+        if not ok:
+            raise HpcioError(why)
+        if "simgrid" not in sys.modules:
+            with _quiet():
+                _simgrid()
     n = max(1, min(jobs(), len(cases)))
     # engines of CHUNK cases; a few cases (a prediction's large ones) one engine each
     m = len(cases) if len(cases) <= 4 * n else max(n, -(-len(cases) // CHUNK))
-    cpus = _cpus()
+    chunks = [cases[k::m] for k in range(m)]
+    cost = [sum(_cost(c) for c in chunk) for chunk in chunks]
     progress = Progress(sum(c.workload.steps for c in cases), "simulated step", label) \
         if label else None
-    slots = [cpus[k % len(cpus)] if len(cpus) >= n else None for k in range(n)]
     try:
-        parts = _pool([cases[k::m] for k in range(m)], slots, progress)
+        parts = pool.run(_run_cases, chunks, progress,
+                         order=sorted(range(m), key=lambda k: -cost[k]))
     finally:
         if progress is not None:
             progress.close()
