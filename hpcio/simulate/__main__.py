@@ -171,11 +171,11 @@ def _predict(args):
     ws = workloads(args.runs)
     check_scale(ws, platform, args.ranks, args.records, args.scale_out)
     first = templates(ws, args.also or [])
-    # the held-out calibration runs beside the calibration and the points (its engines
-    # take the cores as they free up), its rows printed where they were
+    # the held-out calibration runs beside the calibration and the points, its engines
+    # taking a core when theirs do not wait for one; its rows printed where they were
     check = (_no_check,) if args.reader_costs else \
         (held_out, ws, platform, args.tolerance, "predict: validate")
-    with beside(*check) as held_job:
+    with beside(*check, behind=True) as held_job:
         fit, fit_text = _fitted(args, platform, ws)
         simulate_all(fit, first, args.ranks, args.steps, args.records, ws, "predict: points")
         held, top = held_job.result()

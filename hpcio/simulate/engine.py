@@ -157,6 +157,10 @@ def _run_cases(cases, tick=None):
 #: cases per engine: an engine's cost grows faster than its cases (one solver for all their
 #: flows), and small engines dealt as cores free up balance the cores
 CHUNK = 24
+#: cases of this many simulated actor-steps (:func:`_cost`) and more, on average, get an
+#: engine each: 8 ranks x 100 steps (~1.5 s) is one; ten in one engine made the slowest
+#: engine of a phase ten times as long, the other core idle meanwhile
+LARGE = 1000
 
 
 def _cost(case):
@@ -182,10 +186,12 @@ def simulate(cases, label=None):
             with _quiet():
                 _simgrid()
     n = max(1, min(jobs(), len(cases)))
-    # engines of CHUNK cases; a few cases (a prediction's large ones) one engine each
-    m = len(cases) if len(cases) <= 4 * n else max(n, -(-len(cases) // CHUNK))
+    # engines of CHUNK cases; a few cases, or large ones (a prediction's), one engine each
+    each = [_cost(c) for c in cases]
+    m = len(cases) if len(cases) <= 4 * n or sum(each) >= LARGE * len(cases) else \
+        max(n, -(-len(cases) // CHUNK))
     chunks = [cases[k::m] for k in range(m)]
-    cost = [sum(_cost(c) for c in chunk) for chunk in chunks]
+    cost = [sum(each[k::m]) for k in range(m)]
     progress = Progress(sum(c.workload.steps for c in cases), "simulated step", label) \
         if label else None
     try:

@@ -18,11 +18,11 @@ import signal
 import sys
 import threading
 import traceback
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from ..errors import HpcioError
 
-__all__ = ["jobs", "run", "beside", "batch", "Stopped"]
+__all__ = ["jobs", "run", "beside", "together", "batch", "Stopped"]
 
 POLL_S = 0.5        # how often engines running beside others look whether those failed
 
@@ -58,15 +58,16 @@ def batch():
 
 class _Cores:
     """The process's engine slots (:func:`jobs`, each a core to pin to when there are that
-    many, else None), taken by whichever thread's engine starts next; a thread waiting for
-    one is woken through its pipe when one is given back."""
+    many, else None), taken by whichever thread's engine starts next, a thread working
+    behind others (``behind``: its :func:`beside` said so) only when no other waits; a
+    thread waiting for one is woken through its pipe when one may be free."""
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.free, self.busy, self.waiting = [], 0, set()
+        self.free, self.busy, self.waiting = [], 0, {}
 
-    def take(self, wake_fd):
-        """A free slot, or None (then ``wake_fd`` is written to when one frees)."""
+    def take(self, wake_fd, behind):
+        """A free slot, or None (then ``wake_fd`` is written to when one may be)."""
         with self.lock:
             if not self.busy:       # idle: the slots as jobs() and the affinity say now
                 n = jobs()
@@ -74,30 +75,40 @@ class _Cores:
                     else []
                 self.free = [cpus[k % len(cpus)] if len(cpus) >= n else None
                              for k in range(n)]
-            if not self.free:
-                self.waiting.add(wake_fd)
+            ahead = any(b < behind for fd, b in self.waiting.items() if fd != wake_fd)
+            if not self.free or ahead:
+                self.waiting[wake_fd] = behind
                 return None
-            self.waiting.discard(wake_fd)
+            self.waiting.pop(wake_fd, None)
             self.busy += 1
-            return ("slot", self.free.pop(0))
+            slot = ("slot", self.free.pop(0))
+            if self.free:
+                self._wake()
+            return slot
 
     def give(self, slot):
         with self.lock:
             self.busy -= 1
             self.free.append(slot[1])
-            for fd in self.waiting:
-                try:
-                    os.write(fd, b"!")
-                except (BlockingIOError, OSError):
-                    pass
+            self._wake()
+
+    def _wake(self):
+        for fd in self.waiting:
+            try:
+                os.write(fd, b"!")
+            except OSError:         # full (it has been told already) or closed
+                pass
 
     def forget(self, wake_fd):
         with self.lock:
-            self.waiting.discard(wake_fd)
+            if self.waiting.pop(wake_fd, None) is not None and self.free:
+                self._wake()
 
 
 _CORES = _Cores()
-_local = threading.local()      # .stops: Events, one set when work beside this thread failed
+#: per thread: .stops, Events (one set when work beside this thread failed); .behind, how
+#: many beside(..., behind=True) this thread's work is behind (its engines yield to others')
+_local = threading.local()
 
 
 def _start(work, chunk, cpu):
@@ -154,7 +165,7 @@ class _Run:
     def fill(self):
         """Start chunks while slots are free (none after a failure)."""
         while self.todo and not self.failed:
-            slot = _CORES.take(self.wake_w)
+            slot = _CORES.take(self.wake_w, getattr(_local, "behind", 0))
             if slot is None:
                 return
             k = self.todo.pop()
@@ -243,13 +254,14 @@ def run(work, chunks, progress=None, order=None):
 class _Beside:
     """The thread of :func:`beside`: ``result()`` waits for it, its error raised there."""
 
-    def __init__(self, fn, args, stops):
+    def __init__(self, fn, args, stops, behind):
         self.box, self.group = {}, stops[-1]
-        self.thread = threading.Thread(target=self._main, args=(fn, args, stops), daemon=True)
+        self.thread = threading.Thread(target=self._main, args=(fn, args, stops, behind),
+                                       daemon=True)
         self.thread.start()
 
-    def _main(self, fn, args, stops):
-        _local.stops = stops
+    def _main(self, fn, args, stops, behind):
+        _local.stops, _local.behind = stops, behind
         try:
             self.box["value"] = fn(*args)
         except BaseException as e:
@@ -264,16 +276,17 @@ class _Beside:
 
 
 @contextmanager
-def beside(fn, *args):
+def beside(fn, *args, behind=False):
     """``fn(*args)`` in a thread while the block runs, their engines sharing this process's
-    slots; yields the handle whose ``result()`` waits for it (its error raised there, or
+    slots (``behind``: its engines take a core only when no engine of the block waits for
+    one); yields the handle whose ``result()`` waits for it (its error raised there, or
     as the block ends). An error on either side ends the other's engines (within
     :data:`POLL_S`, as it does those of work beside an enclosing block) and is raised, the
     one that was not a :class:`Stopped`."""
     before = getattr(_local, "stops", ())
     stops = before + (threading.Event(),)
     _local.stops = stops
-    job = _Beside(fn, args, stops)
+    job = _Beside(fn, args, stops, getattr(_local, "behind", 0) + bool(behind))
     try:
         yield job
     except BaseException:
@@ -286,3 +299,15 @@ def beside(fn, *args):
     finally:
         _local.stops = before
     job.result()
+
+
+def together(calls):
+    """``[fn(*args) for fn, args in calls]``, each in a thread of its own (the first in
+    this one), their engines sharing the slots alike; as :func:`beside` on an error."""
+    calls = list(calls)
+    if len(calls) < 2:
+        return [fn(*args) for fn, args in calls]
+    with ExitStack() as stack:
+        jobs_ = [stack.enter_context(beside(fn, *args)) for fn, args in calls[1:]]
+        first = calls[0][0](*calls[0][1])
+        return [first] + [j.result() for j in jobs_]

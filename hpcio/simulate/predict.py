@@ -14,7 +14,7 @@ from ..measure import probes
 from .calibrate import Fit, FLOOR_S, STALL_TARGET, TOLERANCE_S, calibrate, errors_of, run_cases
 from .calibration import load_readers
 from .engine import Case
-from .pool import beside
+from .pool import beside, together
 from .platform import load_platform
 from .workload import median_of_repeats, workload_from_run
 
@@ -375,10 +375,10 @@ def simulate_all(fit, first, ranks, steps, records, runs=(), label=None):
             for c in cases_of(r, [{"platform": fit.platform,
                                    "params": fit.params[_costs_key(fit, t)]}])]
     with beside(run_cases, best, label and f"{label}, best fits"):
-        cases = []
-        for r, template in sorted(first.items()):
-            _, _, bearers = _range_fits(fit, template, steps, records, measured_max, label)
-            cases += cases_of(r, bearers)
+        fits = together((_range_fits, (fit, t, steps, records, measured_max, label))
+                        for _, t in sorted(first.items()))
+        cases = [c for (r, _), (_, _, bearers) in zip(sorted(first.items()), fits)
+                 for c in cases_of(r, bearers)]
         run_cases(cases, label and f"{label}, fits bearing the ranges")
 
 
