@@ -3,9 +3,9 @@ whose link carries their bandwidth, a star of links joins them, and SimGrid shar
 link's bandwidth among the flows that cross it (max-min fairness, its CM02 model: no TCP
 factors, so a latency is the platform's, not 13x it).
 
-SimGrid keeps one engine per process, so every :func:`simulate` runs in forked children;
-many cases (a calibration grid) share an engine run on disjoint hosts, one child per core,
-the cases dealt among them. A case whose per-request events would be too many (or a step of more than
+SimGrid keeps one engine per process, so every :func:`simulate` runs in forked children
+(:mod:`.pool`, one per core, shared by the threads of a prediction); many small cases (a
+calibration grid) share an engine run on disjoint hosts, the cases dealt among them. A case whose per-request events would be too many (or a step of more than
 AGGREGATE_STEP requests: a cursor stepping over thousands of records) is aggregated: each
 rank's step becomes one request, its requests' latencies back to back and then its bytes
 from every server at once, and the result says so.

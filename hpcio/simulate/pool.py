@@ -111,30 +111,41 @@ _CORES = _Cores()
 _local = threading.local()
 
 
+#: held from a child's pipes to the parent closing their write ends: a child forked by
+#: another thread meanwhile would hold them too, and its sibling's EOF (an engine ended,
+#: perhaps failed) would not come before it ended
+_FORKING = threading.Lock()
+
+
 def _start(work, chunk, cpu):
     """A forked child running ``work(chunk, tick)``, pinned to ``cpu`` (or not, None):
     (pid, the pipe it answers on, the pipe it ticks a byte on per simulated step)."""
-    rfd, wfd = os.pipe()
-    tr, tw = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: one SimGrid engine, then gone
-        os.close(rfd)
-        os.close(tr)
-        try:
-            if cpu is not None:
-                os.sched_setaffinity(0, {cpu})
-            batch()
-            payload = ("ok", work(chunk, lambda: os.write(tw, b".")))
-        except BaseException as e:  # carried to the parent, said there as one line
-            payload = ("error", f"{type(e).__name__}: {e}", traceback.format_exc())
-        with os.fdopen(wfd, "wb") as f:
-            pickle.dump(payload, f)
-        os._exit(0)
-    os.close(wfd)
-    os.close(tw)
+    with _FORKING:
+        rfd, wfd = os.pipe()
+        tr, tw = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the child: one SimGrid engine, then gone
+            _child(work, chunk, cpu, rfd, wfd, tr, tw)
+        os.close(wfd)
+        os.close(tw)
     return pid, rfd, tr
+
+
+def _child(work, chunk, cpu, rfd, wfd, tr, tw):
+    os.close(rfd)
+    os.close(tr)
+    try:
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})
+        batch()
+        payload = ("ok", work(chunk, lambda: os.write(tw, b".")))
+    except BaseException as e:  # carried to the parent, said there as one line
+        payload = ("error", f"{type(e).__name__}: {e}", traceback.format_exc())
+    with os.fdopen(wfd, "wb") as f:
+        pickle.dump(payload, f)
+    os._exit(0)
 
 
 def _answer(pid, data):
