@@ -2,6 +2,7 @@
 error beside the work ends it as one error, and a forked engine runs SCHED_BATCH."""
 
 import os
+import signal
 import threading
 import time
 
@@ -82,3 +83,21 @@ def test_a_failed_engine_stops_the_work_beside_it_quickly(monkeypatch):
     assert time.monotonic() - t0 < 5
     assert threading.active_count() == 1
 
+
+
+@pytest.mark.mpi  # forks engines
+def test_an_engine_killed_once_runs_again_twice_is_one_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("HPCIO_SIM_JOBS", "1")
+
+    def dies_once(chunk, tick):
+        mark = tmp_path / f"died-{chunk[0]}"
+        if not mark.exists():
+            mark.touch()
+            os.kill(os.getpid(), signal.SIGABRT)
+        return chunk
+    assert pool.run(dies_once, [[1], [2]]) == [[1], [2]]
+
+    def dies(chunk, tick):
+        os.kill(os.getpid(), signal.SIGABRT)
+    with pytest.raises(HpcioError, match="engine died"):
+        pool.run(dies, [[1]])
