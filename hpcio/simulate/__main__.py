@@ -18,6 +18,7 @@ from .engine import AGGREGATE_ABOVE
 from .platform import load_platform, platform_dict
 from .bench import add_parser as add_bench
 from .published import add_parser as add_published
+from .pool import beside
 from .predict import (WIDE, check_scale, fit_from_calibration, fit_line, held_out, near_line,
                       simulate_all, simulate_points, spread, templates, workloads)
 
@@ -115,13 +116,10 @@ def _variant(text):
     return reader, access or None, shuffle or None
 
 
-def _fitted(args, platform, ws):
-    """(fit, its line, the held-out check or None): fitted to the runs, or the readers'
-    costs from ``--readers`` on the platform as described; the validation printed."""
+def _fitted(args, platform, ws, costs):
+    """(fit, its line): fitted to the runs (with the measured ``costs``), or the readers'
+    costs from ``--reader-costs`` on the platform as described; its lines printed."""
     if args.reader_costs:
-        if args.costs:
-            raise HpcioError("--costs with --reader-costs: nothing is calibrated here (give "
-                             "--costs to the calibrate that wrote the reader costs)")
         fit, where = fit_from_calibration(platform, args.reader_costs)
         missing = sorted({w.label for w in ws} - set(fit.params))
         if missing:
@@ -132,22 +130,27 @@ def _fitted(args, platform, ws):
         print(fit_text)
         print(near_line(fit))
         print("validation: none on this platform; the predictions below are unvalidated")
-        return fit, fit_text, None
-    costs = _costs(args)
+        return fit, fit_text
     fit = calibrate(ws, platform, args.tolerance, "predict: calibrate", costs)
     fit_text = fit_line(fit)
     print(fit_text)
     print(sources_line(fit))
     print(near_line(fit))
     _print_rows("validation, measured points simulated back:", fit.residuals)
-    held, top = held_out(ws, platform, args.tolerance, "predict: validate", costs)
+    return fit, fit_text
+
+
+def _print_held(held, top):
     if held is None:
         print(f"validation, held out: not possible (one rank count, {top}); the predictions "
               f"below are unvalidated")
     else:
         _print_rows(f"validation, held out: calibrated on P in {held['calibrated_on_ranks']}, "
                     f"predicting P={top}:", held["points"])
-    return fit, fit_text, held
+
+
+def _no_check(*_):
+    return None, None
 
 
 def _between(p, key, fmt):
@@ -201,8 +204,20 @@ def _predict(args):
     ws = workloads(args.runs)
     check_scale(ws, platform, args.ranks, args.records, args.scale_out)
     first = templates(ws, args.also or [])
-    fit, fit_text, held = _fitted(args, platform, ws)
-    simulate_all(fit, first, args.ranks, args.steps, args.records, ws, "predict: points")
+    # the held-out calibration runs beside the calibration and the points, its engines
+    # taking a core when theirs do not wait for one; its rows printed where they were
+    if args.reader_costs and args.costs:
+        raise HpcioError("--costs with --reader-costs: nothing is calibrated here (give "
+                         "--costs to the calibrate that wrote the reader costs)")
+    costs = None if args.reader_costs else _costs(args)
+    check = (_no_check,) if args.reader_costs else \
+        (held_out, ws, platform, args.tolerance, "predict: validate", costs)
+    with beside(*check, behind=True) as held_job:
+        fit, fit_text = _fitted(args, platform, ws, costs)
+        simulate_all(fit, first, args.ranks, args.steps, args.records, ws, "predict: points")
+        held, top = held_job.result()
+    if not args.reader_costs:
+        _print_held(held, top)
     points, supported = simulate_points(fit, first, args.ranks, args.steps, args.records,
                                         held is not None, args.au_threshold, ws,
                                         "predict: points")

@@ -25,6 +25,7 @@ leaves open.
 """
 
 import math
+import threading
 from dataclasses import dataclass, field, fields, replace
 from typing import Dict, List
 
@@ -94,6 +95,10 @@ def simulated_figures(case, out):
 #: calibration and a prediction's ranges ask again for many a case the calibration ran
 _DONE = {}
 _DONE_MAX = 50_000
+#: cases a thread of this process is simulating now (threads side by side: pool.beside),
+#: each with the Event set when it is in _DONE or failed
+_RUNNING = {}
+_LOCK = threading.Lock()
 
 
 def _key(case):
@@ -103,20 +108,38 @@ def _key(case):
 
 
 def run_cases(cases, label=None):
-    """Simulate ``cases`` (each once: one simulated before in this process is not run
-    again, the simulation being deterministic); their figures, with how many requests and
-    whether aggregated (``label``: a progress line under it while they run)."""
+    """Simulate ``cases`` (each once: one simulated before in this process, or by another
+    of its threads now, is not run again, the simulation being deterministic); their
+    figures, with how many requests and whether aggregated (``label``: a progress line
+    under it while they run)."""
     keys = [_key(c) for c in cases]
-    todo = {}
-    for k, c in zip(keys, cases):
-        if k not in _DONE:
-            todo.setdefault(k, c)
-    outs = simulate(list(todo.values()), label) if todo else []
-    if len(_DONE) + len(todo) > _DONE_MAX:
-        _DONE.clear()
-    for k, case, out in zip(todo, todo.values(), outs):
-        _DONE[k] = _figures(case, out)
-    return [_DONE[k] for k in keys]
+    while True:
+        with _LOCK:
+            todo, others = {}, set()
+            for k, c in zip(keys, cases):
+                if k in _RUNNING:
+                    others.add(_RUNNING[k])
+                elif k not in _DONE:
+                    todo.setdefault(k, c)
+            mine = threading.Event()
+            _RUNNING.update((k, mine) for k in todo)
+        try:
+            outs = simulate(list(todo.values()), label) if todo else []
+            figs = [_figures(case, out) for case, out in zip(todo.values(), outs)]
+            with _LOCK:
+                if len(_DONE) + len(todo) > _DONE_MAX:
+                    _DONE.clear()
+                _DONE.update(zip(todo, figs))
+        finally:
+            with _LOCK:
+                for k in todo:
+                    del _RUNNING[k]
+            mine.set()
+        for done in others:
+            done.wait()
+        with _LOCK:     # else one another thread ran failed, or _DONE was cleared: again
+            if all(k in _DONE for k in keys):
+                return [_DONE[k] for k in keys]
 
 
 def _figures(case, out):

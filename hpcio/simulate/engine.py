@@ -3,9 +3,9 @@ whose link carries their bandwidth, a star of links joins them, and SimGrid shar
 link's bandwidth among the flows that cross it (max-min fairness, its CM02 model: no TCP
 factors, so a latency is the platform's, not 13x it).
 
-SimGrid keeps one engine per process, so every :func:`simulate` runs in forked children;
-many cases (a calibration grid) share an engine run on disjoint hosts, one child per core,
-the cases dealt among them. A case whose per-request events would be too many (or a step of more than
+SimGrid keeps one engine per process, so every :func:`simulate` runs in forked children
+(:mod:`.pool`, one per core, shared by the threads of a prediction); many small cases (a
+calibration grid) share an engine run on disjoint hosts, the cases dealt among them. A case whose per-request events would be too many (or a step of more than
 AGGREGATE_STEP requests: a cursor stepping over thousands of records) is aggregated: each
 rank's step becomes one request, its requests' latencies back to back and then its bytes
 from every server at once, and the result says so.
@@ -17,18 +17,19 @@ too, beside the run's other constants).
 
 import importlib.util
 import os
-import pickle
-import selectors
 import sys
-import traceback
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import HpcioError
 from ..progress import Progress
+from . import pool
 from .actors import Ranks
 from .costs import WAKE_S
+from .pool import jobs
 from .topology import build
 
 __all__ = ["Case", "simulate", "jobs", "available", "layout", "INSTALL_HINT",
@@ -55,9 +56,18 @@ def available():
     return True, "simgrid"
 
 
-def _plan(case):
-    w = case.workload
-    return w.plans()
+def _plans(cases):
+    """Each case's plan (every rank's record ids per step); cases of one workload (the
+    fits a calibration grid or a range tries on it) share one: a plan of 2,000,000 records
+    is ~40 ms to draw. Actors only read their rows of it."""
+    memo, out = {}, []
+    for case in cases:
+        w = case.workload
+        key = (w.ranks, w.batch, w.steps, w.records, w.seed, w.shuffle, w.block, w.window)
+        if key not in memo:
+            memo[key] = w.plans()
+        out.append(memo[key])
+    return out
 
 
 def _estimate_requests(case):
@@ -91,23 +101,43 @@ def layout(platform, ranks):
     return g, g // rpn
 
 
+@contextmanager
+def _quiet():
+    """stderr (fd 2) to /dev/null for the block: SimGrid logs its configuration on import
+    and on an engine's start."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    saved = os.dup(2)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+_LOADING = threading.Lock()
+
+
+def _simgrid():
+    """SimGrid's Python module (optional: Debian's python3-simgrid). Imported in the parent
+    before it forks engines (loading it and its libraries once, ~30 ms of CPU each engine
+    saved); the engine itself is only ever made in a child."""
+    import simgrid  # optional, and only when a case is simulated (it loads ns-3 too)
+    return simgrid
+
+
 def _run_cases(cases, tick=None):
     """In the child: every case on one engine; the per-rank, per-step columns back.
     ``tick()`` is called as each case's first actor ends a step (the parent's progress)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    saved = os.dup(2)
-    os.dup2(devnull, 2)                 # SimGrid logs its configuration on import
-    try:
-        import simgrid as sg  # optional (Debian's python3-simgrid), and only in the child
+    with _quiet():
+        sg = _simgrid()
         e = sg.Engine(["hpcio.simulate", "--log=root.thres:critical",
                        "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0"])
-    finally:
-        os.dup2(saved, 2)
     zone = sg.NetZone.create_full_zone("world")
-    built, plans, outs = [], [], []
+    built, plans, outs = [], _plans(cases), []
     for k, case in enumerate(cases):
         built.append(build(sg, zone, k, case, *layout(case.platform, case.workload.ranks)))
-        plans.append(_plan(case))
         outs.append({"requests": 0, "bytes": 0.0,
                      "server_bytes": np.zeros(case.platform.servers),
                      "aggregated": _estimate_requests(case) > AGGREGATE_ABOVE})
@@ -124,134 +154,49 @@ def _run_cases(cases, tick=None):
     return outs
 
 
-def jobs():
-    """How many engines run at once: the CPUs this process may use (``HPCIO_SIM_JOBS``
-    overrides)."""
-    given = os.environ.get("HPCIO_SIM_JOBS", "")
-    if given.isdigit() and int(given) > 0:
-        return int(given)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        (os.cpu_count() or 1)
-
-
-def _cpus():
-    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-
-
-def _start(cases, cpu=None):
-    """A forked child running ``cases`` in one engine, pinned to ``cpu`` (SimGrid's actors
-    are threads handing the CPU to one another at every simulated call: on one core the
-    hand-off needs no other core woken); (pid, the pipe it answers on, the pipe it ticks
-    a byte on per simulated step)."""
-    rfd, wfd = os.pipe()
-    tr, tw = os.pipe()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: one SimGrid engine, then gone
-        os.close(rfd)
-        os.close(tr)
-        try:
-            if cpu is not None:
-                os.sched_setaffinity(0, {cpu})
-            payload = ("ok", _run_cases(cases, lambda: os.write(tw, b".")))
-        except BaseException as e:  # carried to the parent, said there as one line
-            payload = ("error", f"{type(e).__name__}: {e}", traceback.format_exc())
-        with os.fdopen(wfd, "wb") as f:
-            pickle.dump(payload, f)
-        os._exit(0)
-    os.close(wfd)
-    os.close(tw)
-    return pid, rfd, tr
-
-
-def _answer(pid, data):
-    """What the child ``pid`` sent (``data``): its cases' results, or an error raised here."""
-    _, status = os.waitpid(pid, 0)
-    if not data:
-        raise HpcioError(f"the SimGrid engine died (wait status {status})")
-    payload = pickle.loads(data)
-    if payload[0] != "ok":
-        if os.environ.get("HPCIO_DEBUG"):
-            sys.stderr.write(payload[2])
-        raise HpcioError(f"the simulation failed: {payload[1]}")
-    return payload[1]
-
-
-def _pool(chunks, slots, progress):
-    """Run ``chunks`` (lists of cases), one forked engine each, at most one per slot (a
-    core, or None) at a time, a chunk started as one ends; every answer read as it comes
-    (a child never blocks on a full pipe) and every child reaped, also past a failed one
-    (no chunk is started after a failure). Their results, in order."""
-    sel = selectors.DefaultSelector()
-    todo = list(range(len(chunks)))[::-1]
-    live, results, failed = {}, [None] * len(chunks), []
-
-    def start(k, slot):
-        pid, rfd, tr = _start(chunks[k], slot)
-        live[k] = {"pid": pid, "data": bytearray(), "open": 2, "slot": slot}
-        sel.register(rfd, selectors.EVENT_READ, (k, False))
-        sel.register(tr, selectors.EVENT_READ, (k, True))
-    try:
-        for slot in slots:
-            if todo:
-                start(todo.pop(), slot)
-        while live:
-            for key, _ in sel.select():
-                k, is_tick = key.data
-                chunk = os.read(key.fd, 1 << 20)
-                if chunk:
-                    if not is_tick:
-                        live[k]["data"] += chunk
-                    elif progress is not None:
-                        progress.update(len(chunk))
-                    continue
-                sel.unregister(key.fd)
-                os.close(key.fd)
-                child = live[k]
-                child["open"] -= 1
-                if child["open"]:
-                    continue
-                del live[k]
-                try:
-                    results[k] = _answer(child["pid"], bytes(child["data"]))
-                except HpcioError as e:
-                    failed.append(e)
-                if todo and not failed:
-                    start(todo.pop(), child["slot"])
-    finally:
-        for key in list(sel.get_map().values()):
-            os.close(key.fd)
-        sel.close()
-    if failed:
-        raise failed[0]
-    return results
-
-
 #: cases per engine: an engine's cost grows faster than its cases (one solver for all their
 #: flows), and small engines dealt as cores free up balance the cores
 CHUNK = 24
+#: cases of this many simulated actor-steps (:func:`_cost`) and more, on average, get an
+#: engine each: 8 ranks x 100 steps (~1.5 s) is one; ten in one engine made the slowest
+#: engine of a phase ten times as long, the other core idle meanwhile
+LARGE = 1000
+
+
+def _cost(case):
+    """A case's rough cost, to start the largest engines first: its actors' simulated
+    steps (a demand reader's loader is an actor of its own)."""
+    w = case.workload
+    group, _ = layout(case.platform, w.ranks)
+    return -(-w.ranks // group) * w.steps * (1 if w.pattern[0] == "prefetch" else 2)
 
 
 def simulate(cases, label=None):
     """Simulate ``cases``; per case a dict of per-rank, per-step ``columns``, ``requests``
     (events issued) and ``aggregated`` (bool). Cases are independent (disjoint hosts), so
     they are dealt round-robin to engines of about :data:`CHUNK` cases, each in a forked
-    child, :func:`jobs` of them at once, each on a core of its own: a calibration grid
-    takes the machine's cores, not one.
+    child on a core of its own (:mod:`.pool`, the largest first): a calibration grid takes
+    the machine's cores, not one.
     With ``label``, a progress line (simulated steps done, of all cases) on stderr."""
-    ok, why = available()
-    if not ok:
-        raise HpcioError(why)
+    with _LOADING:      # threads side by side (pool.beside): one imports, the others wait
+        ok, why = available()
+        if not ok:
+            raise HpcioError(why)
+        if "simgrid" not in sys.modules:
+            with _quiet():
+                _simgrid()
     n = max(1, min(jobs(), len(cases)))
-    # engines of CHUNK cases; a few cases (a prediction's large ones) one engine each
-    m = len(cases) if len(cases) <= 4 * n else max(n, -(-len(cases) // CHUNK))
-    cpus = _cpus()
+    # engines of CHUNK cases; a few cases, or large ones (a prediction's), one engine each
+    each = [_cost(c) for c in cases]
+    m = len(cases) if len(cases) <= 4 * n or sum(each) >= LARGE * len(cases) else \
+        max(n, -(-len(cases) // CHUNK))
+    chunks = [cases[k::m] for k in range(m)]
+    cost = [sum(each[k::m]) for k in range(m)]
     progress = Progress(sum(c.workload.steps for c in cases), "simulated step", label) \
         if label else None
-    slots = [cpus[k % len(cpus)] if len(cpus) >= n else None for k in range(n)]
     try:
-        parts = _pool([cases[k::m] for k in range(m)], slots, progress)
+        parts = pool.run(_run_cases, chunks, progress,
+                         order=sorted(range(m), key=lambda k: -cost[k]))
     finally:
         if progress is not None:
             progress.close()

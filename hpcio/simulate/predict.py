@@ -14,6 +14,7 @@ from ..measure import probes
 from .calibrate import Fit, FLOOR_S, STALL_TARGET, TOLERANCE_S, calibrate, errors_of, run_cases
 from .calibration import load_readers
 from .engine import Case
+from .pool import beside, together
 from .platform import load_platform
 from .workload import median_of_repeats, workload_from_run
 
@@ -359,20 +360,26 @@ def _range_fits(fit, template, steps, records, measured_max, label=None):
 
 def simulate_all(fit, first, ranks, steps, records, runs=(), label=None):
     """Every case :func:`simulate_points` and :func:`spread` will ask for at ``ranks`` (each
-    reader's best fit and the fits bearing its range), in one go: the engines run them
-    side by side on the cores, not one call after the other (what they ask for later is
-    then found done: :func:`~.calibrate.run_cases` runs a case once per process)."""
+    reader's best fit and the fits bearing its range), in one go: the best fits' cases
+    start beside the runs that choose the fits bearing the ranges, then the bearers'
+    join them, the engines sharing the cores (what they ask for later is then found done:
+    :func:`~.calibrate.run_cases` runs a case once per process)."""
     ran = {(w.case, w.ranks): w for w in runs}
     measured_max = max(w.ranks for w in first.values() if w.measured is not None)
-    cases = []
-    for r, template in sorted(first.items()):
-        _, _, bearers = _range_fits(fit, template, steps, records, measured_max, label)
-        for b in [{"platform": fit.platform, "params": fit.params[_costs_key(fit, template)]}] \
-                + bearers:
-            for n in ranks:
-                w = ran.get((r, n)) or template.at(n, steps, records)
-                cases.append(Case(b["platform"].fit_ranks(n), w, b["params"]))
-    run_cases(cases, label)
+
+    def cases_of(r, fits):
+        return [Case(b["platform"].fit_ranks(n), ran.get((r, n)) or first[r].at(n, steps,
+                                                                               records),
+                     b["params"]) for b in fits for n in ranks]
+    best = [c for r, t in sorted(first.items())
+            for c in cases_of(r, [{"platform": fit.platform,
+                                   "params": fit.params[_costs_key(fit, t)]}])]
+    with beside(run_cases, best, label and f"{label}, best fits"):
+        fits = together((_range_fits, (fit, t, steps, records, measured_max, label))
+                        for _, t in sorted(first.items()))
+        cases = [c for (r, _), (_, _, bearers) in zip(sorted(first.items()), fits)
+                 for c in cases_of(r, bearers)]
+        run_cases(cases, label and f"{label}, fits bearing the ranges")
 
 
 def spread(fit, first, ranks, steps, records, points, supported_, threshold, runs=(),
