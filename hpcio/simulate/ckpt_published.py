@@ -16,7 +16,7 @@ import os
 from ..errors import HpcioError
 from ..fsutil import atomic_write
 from .checkpoint import PHASES, load_ckpt_platform, make_case, simulate_cases
-from .published import check_sources
+from .published import check_sources, read_table
 
 __all__ = ["DATA", "TABLE", "load_rows", "predict_rows", "add_published"]
 
@@ -28,16 +28,9 @@ COLUMNS = ("system", "org", "model", "hosts", "processes", "write_gib_s", "read_
 
 
 def load_rows(path=TABLE):
-    try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise HpcioError(f"{path}: cannot read the published table: {e.strerror}")
-    for i, r in enumerate(rows, 2):
-        missing = [c for c in COLUMNS if c != "read_gib_s" and not (r.get(c) or "").strip()]
-        if missing:
-            raise HpcioError(f"{path}:{i}: {', '.join(missing)} empty")
-    return rows
+    """The published checkpoint rows, each with its columns (a read figure may be absent:
+    some submissions published their writes alone)."""
+    return read_table(path, COLUMNS, optional=("read_gib_s",))
 
 
 def load_system(name):

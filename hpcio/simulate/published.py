@@ -123,18 +123,25 @@ def load_described(path):
     return parse_platform(d, path), d["published"]
 
 
-def load_table(path=TABLE):
-    """The published rows (``published.csv``), each checked for its columns."""
+def read_table(path, columns, optional=()):
+    """A published table's rows (CSV), each with every one of ``columns`` but ``optional``
+    filled; else one line naming the row and the empty columns."""
     try:
         with open(path, newline="") as f:
             rows = list(csv.DictReader(f))
     except OSError as e:
         raise HpcioError(f"{path}: cannot read the published table: {e.strerror}")
-    out = []
     for i, r in enumerate(rows, 2):
-        missing = [c for c in COLUMNS if not (r.get(c) or "").strip()]
+        missing = [c for c in columns if c not in optional and not (r.get(c) or "").strip()]
         if missing:
             raise HpcioError(f"{path}:{i}: {', '.join(missing)} empty")
+    return rows
+
+
+def load_table(path=TABLE):
+    """The published rows (``published.csv``), each checked for its columns."""
+    out = []
+    for i, r in enumerate(read_table(path, COLUMNS), 2):
         if (r["workload"], r["accelerator"]) not in WORKLOADS:
             raise HpcioError(f"{path}:{i}: no DLIO config for {r['workload']} on "
                              f"{r['accelerator']} (have {sorted(WORKLOADS)})")
