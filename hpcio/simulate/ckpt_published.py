@@ -16,7 +16,7 @@ import os
 from ..errors import HpcioError
 from ..fsutil import atomic_write
 from .checkpoint import PHASES, load_ckpt_platform, make_case, simulate_cases
-from .published import check_sources, read_table
+from .published import read_table, sourced_text
 
 __all__ = ["DATA", "TABLE", "load_rows", "predict_rows", "add_published"]
 
@@ -36,13 +36,7 @@ def load_rows(path=TABLE):
 def load_system(name):
     """(Platform, CkptCosts) of a published system's file, its sources checked first."""
     path = os.path.join(DATA, name)
-    try:
-        with open(path) as f:
-            text = f.read()
-    except OSError as e:
-        raise HpcioError(f"{path}: cannot read the platform: {e.strerror}")
-    check_sources(path, text)
-    platform, costs, _ = load_ckpt_platform(path, text)
+    platform, costs, _ = load_ckpt_platform(path, sourced_text(path))
     return platform, costs
 
 

@@ -108,16 +108,21 @@ def check_sources(path, text):
     walk(root, "")
 
 
-def load_described(path):
-    """(Platform, its ``published`` section) of a published system's platform file, its
-    sources checked first."""
+def sourced_text(path):
+    """A published system's platform file's text, every value's source checked."""
     try:
         with open(path) as f:
             text = f.read()
     except OSError as e:
         raise HpcioError(f"{path}: cannot read the platform: {e.strerror}")
     check_sources(path, text)
-    d = yaml.safe_load(text)
+    return text
+
+
+def load_described(path):
+    """(Platform, its ``published`` section) of a published system's platform file, its
+    sources checked first."""
+    d = yaml.safe_load(sourced_text(path))
     if not isinstance(d, dict) or not isinstance(d.get("published"), dict):
         raise HpcioError(f"{path}: no published section (the description it comes from)")
     return parse_platform(d, path), d["published"]
