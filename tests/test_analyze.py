@@ -154,6 +154,7 @@ def test_log_regions_match_darshan_parser():
     assert log.lib_version == "3.5.0" and log.partial == []
 
 
+@pytest.mark.mpi  # darshan-parser, where it is built (.darshan/), is a process of its own
 def test_counter_readers_agree():
     """PyDarshan and darshan-parser, where both are here, give the same counters."""
     _fixtures()
