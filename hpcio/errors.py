@@ -180,7 +180,7 @@ def _finish_together(code, comm):
     MPI.Finalize()
     # the C library's exit, which runs the MPI library's own exit handlers (Python's
     # teardown skipped: a thread it would wait for cannot hold the rank): after _exit
-    # instead, hydra killed ranks still ending (5 of 10 jobs of 4 ranks ended with 9)
+    # instead, hydra killed ranks still ending (6 of 8 jobs of 4 ranks ended with 9)
     ctypes.CDLL(None).exit(code)
 
 
