@@ -39,12 +39,14 @@ import yaml
 
 from ..checkpoint.layout import GIB, Layout, load_model
 from ..errors import HpcioError, lookup
+from ..fsutil import atomic_write
 from .engine import available, layout as group_layout
-from .platform import parse_platform
+from .platform import parse_platform, platform_dict
 from .topology import FLOPS
 
 __all__ = ["CkptCosts", "WriterCost", "make_case", "WRITERS", "PHASES", "Case", "plan",
-           "simulate_cases", "load_ckpt_platform", "parse_costs", "costs_dict", "START"]
+           "simulate_cases", "load_ckpt_platform", "write_ckpt_platform", "parse_costs", "costs_dict",
+           "START"]
 
 PHASES = ("write", "read")
 
@@ -429,6 +431,17 @@ def load_ckpt_platform(path, text=None, required=True):
         raise HpcioError(f"{path}: not a platform mapping")
     section = d.get("checkpoint", None if required else START)
     return parse_platform(d, path), parse_costs(section, path), d
+
+
+def write_ckpt_platform(path, platform, costs, calibration, header=""):
+    """A fitted platform with its ``checkpoint`` section (what :func:`load_ckpt_platform`
+    reads) and ``checkpoint_calibration`` (what it was fitted on, its held-out errors),
+    atomically, after ``header`` (comment lines)."""
+    out = platform_dict(platform)
+    out["checkpoint"] = costs_dict(costs)
+    out["checkpoint_calibration"] = calibration
+    data = (header + yaml.safe_dump(out, sort_keys=False)).encode()
+    atomic_write(path, lambda f: f.write(data))
 
 
 def make_case(platform, costs, model, world, writer, phase, scale=1.0, files=1):

@@ -6,18 +6,16 @@ and read GiB/s simulated (:mod:`.checkpoint`), fitted to measured runs
 import argparse
 import json
 
-import yaml
 
 from ..checkpoint.layout import MODELS
 from ..errors import HpcioError
 from ..fsutil import atomic_write
-from .checkpoint import PHASES, WRITERS, costs_dict, load_ckpt_platform, make_case, \
-    simulate_cases
+from .checkpoint import PHASES, WRITERS, load_ckpt_platform, make_case, simulate_cases, \
+    write_ckpt_platform
 from .ckpt_calibrate import client_costs, fit, load_runs, medians, residuals, \
     summary_errors, with_writers
 from .ckpt_published import add_published
 from .engine import MAX_ACTORS
-from .platform import platform_dict
 
 __all__ = ["add_parser"]
 
@@ -138,14 +136,10 @@ def _calibrate(args):
     else:
         print("held out: no run at another process count; the fit is unvalidated")
     if args.output:
-        out = platform_dict(platform)
-        out["checkpoint"] = costs_dict(costs)
-        out["checkpoint_calibration"] = {
+        write_ckpt_platform(args.output, platform, costs, {
             "runs": len(runs), "client_runs": sorted(r.name for r in client),
-            "calibrate_on": args.calibrate_on,
-            "held_out_error_percent": errors}
-        data = (_header(args.platform) + yaml.safe_dump(out, sort_keys=False)).encode()
-        atomic_write(args.output, lambda f: f.write(data))
+            "calibrate_on": args.calibrate_on, "held_out_error_percent": errors},
+            _header(args.platform))
         print(f"wrote {args.output}")
     return 0
 
