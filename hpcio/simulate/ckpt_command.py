@@ -6,7 +6,6 @@ and read GiB/s simulated (:mod:`.checkpoint`), fitted to measured runs
 import argparse
 import json
 
-
 from ..checkpoint.layout import MODELS
 from ..errors import HpcioError
 from ..fsutil import atomic_write
